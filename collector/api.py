@@ -1,0 +1,77 @@
+"""The HTTP API next to the OTLP/HTTP receiver: health, Prometheus metrics and read-only SQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from collector.config import SqlConfig
+from collector.sql import QueryError, run_query
+from collector.store.duckdb_store import Store
+from collector.telemetry import Metrics
+
+TRUNCATED_HEADER = "X-Ragpulse-Truncated"
+
+
+class _OrjsonResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class Api:
+    """Routes: GET /healthz, GET /metrics, POST /api/sql."""
+
+    def __init__(self, store: Store, metrics: Metrics, sql: SqlConfig) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._sql = sql
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/api/sql", self.sql, methods=["POST"]),
+        ]
+
+    async def healthz(self, request: Request) -> Response:
+        return _OrjsonResponse({"status": "ok"})
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(self._metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def sql(self, request: Request) -> Response:
+        try:
+            payload = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return self._error('body must be JSON: {"query": "SELECT ..."}')
+        query = payload.get("query") if isinstance(payload, dict) else None
+        if not isinstance(query, str) or not query.strip():
+            return self._error('body must be JSON: {"query": "SELECT ..."}')
+        max_rows = payload.get("max_rows", self._sql.max_rows)
+        if not isinstance(max_rows, int) or max_rows <= 0:
+            return self._error("max_rows must be a positive integer")
+        max_rows = min(max_rows, self._sql.max_rows)
+        try:
+            records, truncated = await run_in_threadpool(self._run, query, max_rows)
+        except QueryError as exc:
+            return self._error(str(exc))
+        self._metrics.sql_queries.labels("ok").inc()
+        headers = {TRUNCATED_HEADER: "true"} if truncated else None
+        return _OrjsonResponse(records, headers=headers)
+
+    def _run(self, query: str, max_rows: int) -> tuple[list[dict[str, Any]], bool]:
+        cursor = self._store.read_cursor()
+        try:
+            result = run_query(cursor, query, max_rows, self._sql.timeout)
+            return result.records(), result.truncated
+        finally:
+            cursor.close()
+
+    def _error(self, message: str) -> Response:
+        self._metrics.sql_queries.labels("error").inc()
+        return _OrjsonResponse({"error": message}, status_code=400)

@@ -1,0 +1,252 @@
+"""The `ragpulse` command line (DESIGN section 3).
+
+User mistakes (bad config, unreadable file, invalid SQL, server unreachable) end with one line on
+stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import functools
+import io
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import httpx
+import orjson
+
+from collector.config import Config, ConfigError, load_config
+from collector.replay import ReplayError, replay_to_server, replay_to_store
+from collector.service import Service, running_server_url
+from collector.sql import QueryError, run_query
+from collector.store.duckdb_store import StoreError, StoreLocked, connect
+
+F = TypeVar("F", bound=Callable[..., Any])
+USER_ERRORS = (ConfigError, StoreError, QueryError, ReplayError, OSError)
+
+
+def _user_errors(func: F) -> F:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except USER_ERRORS as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _config_option(func: F) -> F:
+    """`--config` is accepted before or after the subcommand; the later one wins."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        expose_value=True,
+        help="Config file (default: ./ragpulse.yaml when present).",
+    )(func)
+
+
+def _load(ctx: click.Context, config_path: str | None) -> Config:
+    return load_config(config_path or ctx.obj.get("config_path"))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@_config_option
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
+    """ragpulse: OTLP in, RAG quality scores out, everything in DuckDB."""
+    ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
+
+
+@main.command()
+@_config_option
+@click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (store.path).")
+@click.option("--host", help="Address to listen on (receivers.host).")
+@click.option("--grpc-port", type=int, help="OTLP/gRPC port (receivers.grpc_port, default 4317).")
+@click.option("--http-port", type=int, help="OTLP/HTTP and API port (receivers.http_port, default 4318).")
+@click.option("--forward-to", help="Also forward every received span to this OTLP endpoint.")
+@click.pass_context
+@_user_errors
+def serve(
+    ctx: click.Context,
+    config_path: str | None,
+    db: str | None,
+    host: str | None,
+    grpc_port: int | None,
+    http_port: int | None,
+    forward_to: str | None,
+) -> None:
+    """Run the service: OTLP receivers, the store and the API."""
+    config = _load(ctx, config_path)
+    try:
+        if db:
+            config.store.path = db
+        if host:
+            config.receivers.host = host
+        if grpc_port is not None:
+            config.receivers.grpc_port = grpc_port
+        if http_port is not None:
+            config.receivers.http_port = http_port
+        if forward_to:
+            config.exporters.otlp.endpoint = forward_to
+            config.exporters.forward_spans = True
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).splitlines()[-1]) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service = Service(config)
+    try:
+        asyncio.run(service.run())
+    except StoreLocked as exc:
+        raise StoreError(f"{exc}; is another `ragpulse serve` running on it?") from None
+
+
+@main.command()
+@click.argument("query")
+@_config_option
+@click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (default: store.path).")
+@click.option("--server", help="URL of a running ragpulse (its HTTP port), e.g. http://127.0.0.1:4318.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option(
+    "--max-rows", type=click.IntRange(min=1), default=None, help="Row limit (default: sql.max_rows)."
+)
+@click.pass_context
+@_user_errors
+def sql(
+    ctx: click.Context,
+    query: str,
+    config_path: str | None,
+    db: str | None,
+    server: str | None,
+    output_format: str,
+    max_rows: int | None,
+) -> None:
+    """Run one read-only SQL query: through the running server that holds the file, else on the file."""
+    config = _load(ctx, config_path)
+    limit = max_rows or config.sql.max_rows
+    db_path = db or config.store.path
+    url = server or running_server_url(db_path)
+    if url:
+        records, truncated = _query_server(url, query, limit)
+    else:
+        records, truncated = _query_file(db_path, query, limit, config.sql.timeout)
+    _print_records(records, output_format)
+    if truncated:
+        click.echo(f"(stopped at {limit} rows; raise --max-rows or add LIMIT)", err=True)
+
+
+def _query_server(url: str, query: str, max_rows: int) -> tuple[list[dict[str, Any]], bool]:
+    try:
+        response = httpx.post(
+            url.rstrip("/") + "/api/sql", json={"query": query, "max_rows": max_rows}, timeout=120
+        )
+    except httpx.HTTPError as exc:
+        raise QueryError(f"cannot reach ragpulse at {url}: {exc}") from None
+    try:
+        payload = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        raise QueryError(f"unexpected answer from {url} ({response.status_code})") from None
+    if response.status_code != 200:
+        raise QueryError(payload.get("error", response.text) if isinstance(payload, dict) else response.text)
+    return payload, response.headers.get("x-ragpulse-truncated") == "true"
+
+
+def _query_file(db_path: str, query: str, max_rows: int, timeout: float) -> tuple[list[dict[str, Any]], bool]:
+    try:
+        con = connect(db_path, read_only=True)
+    except StoreLocked:
+        raise StoreError(
+            f"{db_path} is held by another process and no running ragpulse advertises it; pass --server URL"
+        ) from None
+    try:
+        result = run_query(con, query, max_rows, timeout)
+    finally:
+        con.close()
+    return result.records(), result.truncated
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def _print_records(records: list[dict[str, Any]], output_format: str) -> None:
+    if output_format == "json":
+        sys.stdout.write(orjson.dumps(records).decode() + "\n")
+        return
+    columns = list(records[0]) if records else []
+    if output_format == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([_cell(r[c]) for c in columns] for r in records)
+        sys.stdout.write(buffer.getvalue())
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for record in records:
+        table.add_row(*(_cell(record[c]) for c in columns))
+    console = Console()
+    console.print(table)
+    console.print(f"{len(records)} row(s)", style="dim")
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@_config_option
+@click.option("--server", help="URL of a running ragpulse to send to (its HTTP port).")
+@click.option("--db", type=click.Path(dir_okay=False), help="Write straight into this DuckDB file.")
+@click.pass_context
+@_user_errors
+def replay(
+    ctx: click.Context, files: tuple[Path, ...], config_path: str | None, server: str | None, db: str | None
+) -> None:
+    """Load captured OTLP traffic (.json, .jsonl, protobuf; optionally .gz)."""
+    config = _load(ctx, config_path)
+    if server and db:
+        raise click.UsageError("give --server or --db, not both")
+    for path in files:
+        if not path.is_file():
+            raise ReplayError(f"no such file: {path}")
+    if db:
+        config.store.path = db
+    url = server or running_server_url(config.store.path)
+    if url:
+        report = replay_to_server(list(files), url)
+        where = url
+    else:
+        try:
+            report = replay_to_store(list(files), config)
+        except StoreLocked:
+            raise StoreError(f"{config.store.path} is held by another process; pass --server URL") from None
+        where = config.store.path
+    click.echo(
+        f"replayed {report.requests} request(s) into {where}: "
+        f"{report.accepted} span(s) stored, {report.rejected} rejected"
+    )
+    for message in report.errors:
+        click.echo(f"  rejected: {message}", err=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Exporters: what ragpulse sends out over OTLP (forwarded spans; evaluation write-back later)."""

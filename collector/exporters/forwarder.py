@@ -1,0 +1,111 @@
+"""Forwarder: the exports ragpulse received, untouched, to a downstream OTLP backend.
+
+Forwarding is best effort and never slows ingest: exports go to a bounded queue after their commit,
+a background thread sends them, and when the queue is full or the backend refuses, the export is
+dropped and counted (`ragpulse_forward_dropped_total`). ragpulse's own store is the durable copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+import grpc
+import httpx
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.config import OtlpExporterConfig
+from collector.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def _grpc_target(endpoint: str) -> tuple[str, bool]:
+    for scheme, secure in (("https://", True), ("http://", False), ("grpc://", False)):
+        if endpoint.startswith(scheme):
+            return endpoint[len(scheme) :].rstrip("/"), secure
+    return endpoint.rstrip("/"), False
+
+
+def _http_url(endpoint: str) -> str:
+    if "://" not in endpoint:
+        endpoint = "http://" + endpoint
+    endpoint = endpoint.rstrip("/")
+    return endpoint if endpoint.endswith("/v1/traces") else endpoint + "/v1/traces"
+
+
+class Forwarder:
+    """Sends queued exports to `config.endpoint` over OTLP/gRPC or OTLP/HTTP protobuf."""
+
+    def __init__(self, config: OtlpExporterConfig, metrics: Metrics, max_queue: int) -> None:
+        if not config.endpoint:
+            raise ValueError("exporters.otlp.endpoint is required to forward spans")
+        self._config = config
+        self._metrics = metrics
+        self._queue: deque[ExportTraceServiceRequest] = deque()
+        self._max_queue = max_queue
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="ragpulse-forwarder", daemon=True)
+        self._send = self._grpc_sender() if config.protocol == "grpc" else self._http_sender()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def enqueue(self, request: ExportTraceServiceRequest) -> None:
+        with self._cond:
+            if len(self._queue) >= self._max_queue:
+                self._queue.popleft()
+                self._metrics.forward_dropped.inc()
+            self._queue.append(request)
+            self._cond.notify()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Send what is queued (within `timeout`), then stop."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                request = self._queue.popleft()
+            try:
+                self._send(request)
+            except Exception as exc:
+                self._metrics.forward_dropped.inc()
+                log.warning("forwarding to %s failed: %s", self._config.endpoint, exc)
+
+    def _grpc_sender(self) -> Callable[[ExportTraceServiceRequest], None]:
+        target, secure = _grpc_target(self._config.endpoint or "")
+        channel = (
+            grpc.secure_channel(target, grpc.ssl_channel_credentials())
+            if secure
+            else grpc.insecure_channel(target)
+        )
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        metadata = tuple((k.lower(), v) for k, v in self._config.headers.items())
+
+        def send(request: ExportTraceServiceRequest) -> None:
+            stub.Export(request, timeout=self._config.timeout, metadata=metadata)
+
+        return send
+
+    def _http_sender(self) -> Callable[[ExportTraceServiceRequest], None]:
+        url = _http_url(self._config.endpoint or "")
+        client = httpx.Client(timeout=self._config.timeout)
+        headers = {**self._config.headers, "Content-Type": "application/x-protobuf"}
+
+        def send(request: ExportTraceServiceRequest) -> None:
+            response = client.post(url, content=request.SerializeToString(), headers=headers)
+            response.raise_for_status()
+
+        return send

@@ -1,0 +1,159 @@
+"""OTLP/JSON bodies to protobuf requests, span by span.
+
+OTLP/JSON is proto3 JSON with three twists (OTLP spec, "JSON Protobuf Encoding"): trace and span
+ids are hex, not base64; enums are integers; unknown fields must be ignored. Each span is parsed on
+its own with protobuf's `json_format`, so one malformed span is rejected alone. Ids are also accepted
+in base64, the form plain proto3 JSON tools produce.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from collector.otlp.batch import MAX_REPORTED_ERRORS
+
+_PARSE_ERRORS = (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError, KeyError)
+
+
+class UndecodableBody(ValueError):
+    """The body is not OTLP at all (not JSON, not protobuf, wrong shape): the whole request fails."""
+
+
+@dataclass
+class ParsedJson:
+    """The valid part of an OTLP/JSON body as protobuf, plus what was rejected on the way."""
+
+    request: ExportTraceServiceRequest
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def reject(self, count: int, message: str) -> None:
+        self.rejected += count
+        if len(self.errors) < MAX_REPORTED_ERRORS:
+            self.errors.append(message)
+
+
+def _get(obj: dict[str, Any], camel: str, snake: str, default: Any = None) -> Any:
+    value = obj.get(camel)
+    return obj.get(snake, default) if value is None else value
+
+
+def decode_id(text: Any, size: int, what: str) -> bytes:
+    """An id as OTLP/JSON carries it: hex (the spec), or base64 (plain proto3 JSON)."""
+    if text is None or text == "":
+        return b""
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be a string")
+    if len(text) == 2 * size:
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            pass
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{what} {text[:40]!r} is neither hex nor base64") from None
+
+
+def _parse_span(span_obj: Any) -> Span:
+    if not isinstance(span_obj, dict):
+        raise ValueError("span is not a JSON object")
+    span_obj = dict(span_obj)
+    trace_id = decode_id(_pop(span_obj, "traceId", "trace_id"), 16, "traceId")
+    span_id = decode_id(_pop(span_obj, "spanId", "span_id"), 8, "spanId")
+    parent_id = decode_id(_pop(span_obj, "parentSpanId", "parent_span_id"), 8, "parentSpanId")
+    links = span_obj.pop("links", None) or []
+    span = Span()
+    json_format.ParseDict(span_obj, span, ignore_unknown_fields=True)
+    span.trace_id, span.span_id, span.parent_span_id = trace_id, span_id, parent_id
+    if not isinstance(links, list):
+        raise ValueError("links must be a list")
+    for link_obj in links:
+        if not isinstance(link_obj, dict):
+            raise ValueError("link is not a JSON object")
+        link_obj = dict(link_obj)
+        link_trace = decode_id(_pop(link_obj, "traceId", "trace_id"), 16, "link traceId")
+        link_span = decode_id(_pop(link_obj, "spanId", "span_id"), 8, "link spanId")
+        link = span.links.add()
+        json_format.ParseDict(link_obj, link, ignore_unknown_fields=True)
+        link.trace_id, link.span_id = link_trace, link_span
+    return span
+
+
+def _pop(obj: dict[str, Any], camel: str, snake: str) -> Any:
+    value = obj.pop(camel, None)
+    other = obj.pop(snake, None)
+    return other if value is None else value
+
+
+def _parse_into(target: Message, obj: Any, what: str) -> None:
+    if obj is None:
+        return
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    json_format.ParseDict(obj, target, ignore_unknown_fields=True)
+
+
+def _list(obj: dict[str, Any], *names: str) -> list[Any]:
+    for name in names:
+        value = obj.get(name)
+        if value is not None:
+            if not isinstance(value, list):
+                raise UndecodableBody(f"{name} must be a JSON array")
+            return value
+    return []
+
+
+def parse_json_request(body: bytes) -> ParsedJson:
+    """Parse an OTLP/JSON `ExportTraceServiceRequest`; raises UndecodableBody when it is not one."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise UndecodableBody(f"body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise UndecodableBody("body must be a JSON object with resourceSpans")
+    parsed = ParsedJson(ExportTraceServiceRequest())
+    for rs_obj in _list(document, "resourceSpans", "resource_spans"):
+        if not isinstance(rs_obj, dict):
+            raise UndecodableBody("resourceSpans entries must be JSON objects")
+        scope_objs = _list(rs_obj, "scopeSpans", "scope_spans", "instrumentationLibrarySpans")
+        resource = Resource()
+        try:
+            _parse_into(resource, rs_obj.get("resource"), "resource")
+        except _PARSE_ERRORS as exc:
+            count = sum(len(s.get("spans") or []) for s in scope_objs if isinstance(s, dict))
+            parsed.reject(count, f"resource of {count} span(s): {exc}")
+            continue
+        resource_spans = parsed.request.resource_spans.add()
+        resource_spans.resource.CopyFrom(resource)
+        resource_spans.schema_url = str(_get(rs_obj, "schemaUrl", "schema_url", ""))
+        for ss_obj in scope_objs:
+            if not isinstance(ss_obj, dict):
+                raise UndecodableBody("scopeSpans entries must be JSON objects")
+            span_objs = _list(ss_obj, "spans")
+            scope = InstrumentationScope()
+            try:
+                _parse_into(scope, _get(ss_obj, "scope", "instrumentationLibrary"), "scope")
+            except _PARSE_ERRORS as exc:
+                parsed.reject(len(span_objs), f"scope of {len(span_objs)} span(s): {exc}")
+                continue
+            scope_spans = resource_spans.scope_spans.add()
+            scope_spans.scope.CopyFrom(scope)
+            for span_obj in span_objs:
+                try:
+                    scope_spans.spans.append(_parse_span(span_obj))
+                except _PARSE_ERRORS as exc:
+                    span_id = span_obj.get("spanId", "?") if isinstance(span_obj, dict) else "?"
+                    parsed.reject(1, f"span {str(span_id)[:32]}: {str(exc)[:200]}")
+    return parsed

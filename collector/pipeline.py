@@ -1,0 +1,84 @@
+"""The ingest pipeline every receiver feeds: decode -> group-committed store -> post-commit consumers.
+
+Receivers only speak their protocol; the pipeline turns an `ExportTraceServiceRequest` into a stored
+batch and tells the receiver what to acknowledge (partial success) once the commit is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.exporters.forwarder import Forwarder
+from collector.otlp.batch import SpanBatch, decode_request
+from collector.store.writer import SpanWriter
+from collector.telemetry import Metrics
+
+
+@dataclass(frozen=True)
+class ExportOutcome:
+    """What the receiver acknowledges: spans rejected as invalid, and why (empty when none)."""
+
+    accepted: int
+    rejected: int
+    message: str
+
+
+_DONE: Future[None] = Future()
+_DONE.set_result(None)
+
+
+class IngestPipeline:
+    """Decodes exports, hands them to the writer, and forwards them once they are committed."""
+
+    def __init__(self, writer: SpanWriter, metrics: Metrics, forwarder: Forwarder | None = None) -> None:
+        self._writer = writer
+        self._metrics = metrics
+        self._forwarder = forwarder
+
+    def submit(
+        self,
+        request: ExportTraceServiceRequest,
+        protocol: str,
+        rejected_before: int = 0,
+        errors_before: list[str] | None = None,
+    ) -> tuple[ExportOutcome, Future[None]]:
+        """Decode and queue one export. The future resolves when its spans are committed.
+
+        Raises `Overloaded` (retry later) or `WriterStopped` without storing anything.
+        `rejected_before` counts spans a decoder already refused (e.g. malformed OTLP/JSON spans).
+        """
+        batch = decode_request(request)
+        if rejected_before:
+            batch.rejected += rejected_before
+            batch.errors[:0] = errors_before or []
+        future = self._writer.submit(batch) if batch.accepted or batch.events.num_rows else _DONE
+        self._count(batch, protocol)
+        if self._forwarder is not None:
+            future.add_done_callback(functools.partial(self._forward_when_committed, request))
+        return ExportOutcome(batch.accepted, batch.rejected, batch.error_message()), future
+
+    async def export(
+        self,
+        request: ExportTraceServiceRequest,
+        protocol: str,
+        rejected_before: int = 0,
+        errors_before: list[str] | None = None,
+    ) -> ExportOutcome:
+        """`submit`, then wait (without blocking the event loop) until the commit is durable."""
+        outcome, future = self.submit(request, protocol, rejected_before, errors_before)
+        await asyncio.wrap_future(future)
+        return outcome
+
+    def _forward_when_committed(self, request: ExportTraceServiceRequest, committed: Future[None]) -> None:
+        if self._forwarder is not None and committed.exception() is None:
+            self._forwarder.enqueue(request)
+
+    def _count(self, batch: SpanBatch, protocol: str) -> None:
+        self._metrics.spans_received.labels(protocol).inc(batch.accepted + batch.rejected)
+        if batch.rejected:
+            self._metrics.spans_rejected.labels(protocol).inc(batch.rejected)

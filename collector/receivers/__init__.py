@@ -1,0 +1,1 @@
+"""Receivers: OTLP/gRPC and OTLP/HTTP front doors to the ingest pipeline."""

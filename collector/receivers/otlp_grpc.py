@@ -1,0 +1,89 @@
+"""OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export` on grpc.aio."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from collector.config import ReceiversConfig
+from collector.pipeline import IngestPipeline
+from collector.receivers.retry import grpc_retry_metadata
+from collector.store.writer import Overloaded, WriterStopped
+from collector.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+PROTOCOL = "grpc"
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, pipeline: IngestPipeline, metrics: Metrics, retry_after: float) -> None:
+        self._pipeline = pipeline
+        self._metrics = metrics
+        self._retry_after = retry_after
+
+    async def Export(
+        self, request: ExportTraceServiceRequest, context: grpc.aio.ServicerContext
+    ) -> ExportTraceServiceResponse:
+        started = time.perf_counter()
+        try:
+            outcome = await self._pipeline.export(request, PROTOCOL)
+        except (Overloaded, WriterStopped) as exc:
+            self._metrics.requests.labels(PROTOCOL, "retry").inc()
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                str(exc),
+                trailing_metadata=grpc_retry_metadata(self._retry_after, str(exc)),
+            )
+        except Exception as exc:  # a store failure: nothing was acknowledged, the client may retry
+            log.exception("export failed")
+            self._metrics.requests.labels(PROTOCOL, "error").inc()
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"store error: {exc}",
+                trailing_metadata=grpc_retry_metadata(self._retry_after, str(exc)),
+            )
+        self._metrics.requests.labels(PROTOCOL, "partial" if outcome.rejected else "ok").inc()
+        self._metrics.export_seconds.labels(PROTOCOL).observe(time.perf_counter() - started)
+        if not outcome.rejected:
+            return ExportTraceServiceResponse()
+        return ExportTraceServiceResponse(
+            partial_success=ExportTracePartialSuccess(
+                rejected_spans=outcome.rejected, error_message=outcome.message
+            )
+        )
+
+
+class OtlpGrpcReceiver:
+    """The gRPC server; `start()` binds the port (0 picks a free one, see `.port`)."""
+
+    def __init__(self, config: ReceiversConfig, pipeline: IngestPipeline, metrics: Metrics) -> None:
+        self._config = config
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", config.max_request_bytes),
+                ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            ]
+        )
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
+            _TraceService(pipeline, metrics, config.retry_after), self._server
+        )
+        self.port = 0
+
+    async def start(self) -> None:
+        address = f"{self._config.host}:{self._config.grpc_port}"
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen for OTLP/gRPC on {address}: {exc}") from None
+        await self._server.start()
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self._server.stop(grace)

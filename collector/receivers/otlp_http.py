@@ -1,0 +1,190 @@
+"""OTLP/HTTP receiver: `POST /v1/traces` with protobuf or OTLP/JSON bodies, gzip or deflate.
+
+Follows the OTLP/HTTP spec: the response is encoded like the request; an undecodable body is 400
+with a google.rpc.Status; an oversized one 413; an unsupported media type 415; a store that is
+behind 503 with Retry-After, which standard exporters honour.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from google.rpc import code_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from collector.config import ReceiversConfig
+from collector.otlp.json_request import UndecodableBody, parse_json_request
+from collector.pipeline import ExportOutcome, IngestPipeline
+from collector.receivers.retry import http_retry_after
+from collector.store.writer import Overloaded, WriterStopped
+from collector.telemetry import Metrics
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_PROTOBUF_TYPES = {PROTOBUF, "application/protobuf"}
+
+
+class BodyTooLarge(ValueError):
+    pass
+
+
+class UnsupportedEncoding(ValueError):
+    pass
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refusing (without reading it all) anything over `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"request body of {declared} bytes exceeds the {limit} byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds the {limit} byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    """Undo Content-Encoding; stops at `limit` decompressed bytes, so a gzip bomb costs nothing."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif encoding == "deflate":
+        wbits = zlib.MAX_WBITS if body[:1] == b"\x78" else -zlib.MAX_WBITS
+    else:
+        raise UnsupportedEncoding(f"unsupported Content-Encoding {encoding!r} (use gzip or deflate)")
+    decompressor = zlib.decompressobj(wbits)
+    try:
+        data = decompressor.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise UndecodableBody(f"body is not valid {encoding}: {exc}") from None
+    if len(data) > limit or decompressor.unconsumed_tail:
+        raise BodyTooLarge(f"decompressed body exceeds the {limit} byte limit")
+    return data
+
+
+def _encode(message: Message, as_json: bool) -> tuple[bytes, str]:
+    if as_json:
+        return json_format.MessageToJson(message, indent=None).encode(), JSON
+    return message.SerializeToString(), PROTOBUF
+
+
+def _status_response(
+    http_status: int, code: int, message: str, as_json: bool, headers: dict[str, str] | None = None
+) -> Response:
+    body, media_type = _encode(status_pb2.Status(code=code, message=message), as_json)
+    return Response(body, status_code=http_status, media_type=media_type, headers=headers)
+
+
+def _success_response(outcome: ExportOutcome, as_json: bool) -> Response:
+    response = ExportTraceServiceResponse()
+    if outcome.rejected:
+        response.partial_success.CopyFrom(
+            ExportTracePartialSuccess(rejected_spans=outcome.rejected, error_message=outcome.message)
+        )
+    body, media_type = _encode(response, as_json)
+    return Response(body, status_code=200, media_type=media_type)
+
+
+class OtlpHttpReceiver:
+    """The `/v1/traces` route; mounted in the service's one HTTP app next to the API."""
+
+    PROTOCOL_PROTOBUF = "http/protobuf"
+    PROTOCOL_JSON = "http/json"
+
+    def __init__(self, config: ReceiversConfig, pipeline: IngestPipeline, metrics: Metrics) -> None:
+        self._config = config
+        self._pipeline = pipeline
+        self._metrics = metrics
+
+    def routes(self) -> list[Route]:
+        return [Route("/v1/traces", self.export, methods=["POST"])]
+
+    async def export(self, request: Request) -> Response:
+        started = time.perf_counter()
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        as_json = media_type == JSON
+        if media_type not in _PROTOBUF_TYPES and not as_json:
+            return self._refuse(
+                415,
+                code_pb2.INVALID_ARGUMENT,
+                f"unsupported Content-Type {media_type or '(none)'!r}; use {PROTOBUF} or {JSON}",
+                as_json=True,
+                outcome="unsupported",
+            )
+        protocol = self.PROTOCOL_JSON if as_json else self.PROTOCOL_PROTOBUF
+        limit = self._config.max_request_bytes
+        try:
+            body = await read_body(request, limit)
+            body = decompress(body, request.headers.get("content-encoding", ""), limit)
+            if as_json:
+                # json_format is pure Python: parse off the event loop so other requests keep flowing.
+                parsed = await run_in_threadpool(parse_json_request, body)
+                message, rejected, errors = parsed.request, parsed.rejected, parsed.errors
+            else:
+                message, rejected, errors = ExportTraceServiceRequest.FromString(body), 0, []
+        except BodyTooLarge as exc:
+            return self._refuse(413, code_pb2.RESOURCE_EXHAUSTED, str(exc), as_json, "too_large")
+        except UnsupportedEncoding as exc:
+            return self._refuse(415, code_pb2.INVALID_ARGUMENT, str(exc), as_json, "unsupported")
+        except UndecodableBody as exc:
+            return self._refuse(400, code_pb2.INVALID_ARGUMENT, str(exc), as_json, "invalid")
+        except DecodeError as exc:
+            return self._refuse(
+                400,
+                code_pb2.INVALID_ARGUMENT,
+                f"body is not a valid protobuf ExportTraceServiceRequest: {exc}",
+                as_json,
+                "invalid",
+            )
+        try:
+            outcome = await self._pipeline.export(message, protocol, rejected, errors)
+        except (Overloaded, WriterStopped) as exc:
+            return self._refuse(
+                503,
+                code_pb2.UNAVAILABLE,
+                str(exc),
+                as_json,
+                "retry",
+                {"Retry-After": http_retry_after(self._config.retry_after)},
+            )
+        except Exception as exc:  # store failure: nothing acknowledged, the client may retry
+            return self._refuse(
+                503,
+                code_pb2.UNAVAILABLE,
+                f"store error: {exc}",
+                as_json,
+                "error",
+                {"Retry-After": http_retry_after(self._config.retry_after)},
+            )
+        self._metrics.requests.labels(protocol, "partial" if outcome.rejected else "ok").inc()
+        self._metrics.export_seconds.labels(protocol).observe(time.perf_counter() - started)
+        return _success_response(outcome, as_json)
+
+    def _refuse(
+        self,
+        http_status: int,
+        code: int,
+        message: str,
+        as_json: bool,
+        outcome: str,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        self._metrics.requests.labels("http", outcome).inc()
+        return _status_response(http_status, code, message, as_json, headers)

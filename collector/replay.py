@@ -1,0 +1,214 @@
+"""`ragpulse replay`: captured OTLP traffic back into ragpulse.
+
+Formats, chosen by file name (a `.gz` suffix is decompressed first):
+- `.jsonl` / `.ndjson`: one OTLP/JSON request per line (the OpenTelemetry Collector file exporter);
+- `.json`: one OTLP/JSON request, or a JSON array of them;
+- anything else: protobuf, either one `ExportTraceServiceRequest` / `TracesData`, or a stream of
+  them each prefixed by its length as a 4-byte big-endian integer (the file exporter's proto format).
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import orjson
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from collector.config import Config
+from collector.otlp.json_request import UndecodableBody, parse_json_request
+from collector.pipeline import IngestPipeline
+from collector.store.duckdb_store import Store
+from collector.store.writer import SpanWriter
+from collector.telemetry import Metrics
+
+JSON = "application/json"
+PROTOBUF = "application/x-protobuf"
+
+
+class ReplayError(ValueError):
+    """A file that cannot be read as OTLP traffic."""
+
+
+@dataclass
+class ReplayReport:
+    requests: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        if len(self.errors) < 10:
+            self.errors.append(message)
+
+
+@dataclass(frozen=True)
+class CapturedRequest:
+    body: bytes
+    media_type: str
+    where: str  # file and line / message number, for error messages
+
+
+def _length_prefixed(data: bytes) -> list[bytes] | None:
+    """Split a stream of 4-byte big-endian length-prefixed messages, or None if it is not one."""
+    messages, offset = [], 0
+    while offset < len(data):
+        if offset + 4 > len(data):
+            return None
+        (size,) = struct.unpack_from(">I", data, offset)
+        offset += 4
+        if size == 0 or offset + size > len(data):
+            return None
+        messages.append(data[offset : offset + size])
+        offset += size
+    return messages or None
+
+
+def _protobuf_messages(data: bytes) -> list[bytes]:
+    framed = _length_prefixed(data)
+    if framed is not None:
+        try:
+            for message in framed:
+                ExportTraceServiceRequest.FromString(message)
+            return framed
+        except DecodeError:
+            pass
+    return [data]
+
+
+def read_captured(path: Path) -> Iterator[CapturedRequest]:
+    """The requests stored in one capture file, in order."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ReplayError(f"cannot read {path}: {exc.strerror or exc}") from None
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise ReplayError(f"{path} is not valid gzip: {exc}") from None
+        name = name[:-3]
+    if name.endswith((".jsonl", ".ndjson")):
+        for number, line in enumerate(data.splitlines(), 1):
+            if line.strip():
+                yield CapturedRequest(line, JSON, f"{path}:{number}")
+    elif name.endswith(".json"):
+        try:
+            document = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ReplayError(f"{path} is not valid JSON: {exc}") from None
+        documents = document if isinstance(document, list) else [document]
+        for number, item in enumerate(documents, 1):
+            yield CapturedRequest(orjson.dumps(item), JSON, f"{path}[{number}]")
+    else:
+        for number, message in enumerate(_protobuf_messages(data), 1):
+            yield CapturedRequest(message, PROTOBUF, f"{path}#{number}")
+
+
+def parse_captured(captured: CapturedRequest) -> tuple[ExportTraceServiceRequest, int, list[str]]:
+    """A captured request as protobuf, with the spans the JSON decoder already rejected."""
+    try:
+        if captured.media_type == JSON:
+            parsed = parse_json_request(captured.body)
+            return parsed.request, parsed.rejected, parsed.errors
+        return ExportTraceServiceRequest.FromString(captured.body), 0, []
+    except (UndecodableBody, DecodeError) as exc:
+        raise ReplayError(f"{captured.where}: not an OTLP trace request: {exc}") from None
+
+
+def replay_to_server(paths: list[Path], server_url: str, timeout: float = 30.0) -> ReplayReport:
+    """POST every captured request to a running server's /v1/traces, retrying while it is busy."""
+    report = ReplayReport()
+    url = server_url.rstrip("/") + "/v1/traces"
+    with httpx.Client(timeout=timeout) as client:
+        for path in paths:
+            for captured in read_captured(path):
+                response = _post(client, url, captured)
+                report.requests += 1
+                if response.status_code != 200:
+                    raise ReplayError(
+                        f"{captured.where}: server answered {response.status_code}: "
+                        f"{_status_message(response)}"
+                    )
+                rejected, message = _partial_success(response, captured.media_type)
+                report.rejected += rejected
+                if message:
+                    report.note(f"{captured.where}: {message}")
+                report.accepted += _span_count(captured) - rejected
+    return report
+
+
+def _post(client: httpx.Client, url: str, captured: CapturedRequest) -> httpx.Response:
+    for _ in range(60):
+        try:
+            response = client.post(url, content=captured.body, headers={"Content-Type": captured.media_type})
+        except httpx.HTTPError as exc:
+            raise ReplayError(f"cannot reach ragpulse at {url}: {exc}") from None
+        if response.status_code not in (429, 503):
+            return response
+        time.sleep(float(response.headers.get("retry-after", "1")))
+    raise ReplayError(f"{captured.where}: server stayed busy; gave up")
+
+
+def _status_message(response: httpx.Response) -> str:
+    try:
+        return str(orjson.loads(response.content).get("message", response.text))
+    except (orjson.JSONDecodeError, AttributeError):
+        return response.text[:200]
+
+
+def _partial_success(response: httpx.Response, media_type: str) -> tuple[int, str]:
+    if media_type == JSON:
+        body = orjson.loads(response.content or b"{}")
+        partial = body.get("partialSuccess") or {}
+        return int(partial.get("rejectedSpans", 0)), str(partial.get("errorMessage", ""))
+    message = ExportTraceServiceResponse.FromString(response.content)
+    return message.partial_success.rejected_spans, message.partial_success.error_message
+
+
+def _span_count(captured: CapturedRequest) -> int:
+    """How many spans a captured request carries (valid or not), without decoding them."""
+    if captured.media_type == PROTOBUF:
+        request = ExportTraceServiceRequest.FromString(captured.body)
+        return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+    document = orjson.loads(captured.body)
+    count = 0
+    for rs in document.get("resourceSpans") or document.get("resource_spans") or []:
+        for ss in rs.get("scopeSpans") or rs.get("scope_spans") or []:
+            count += len(ss.get("spans") or [])
+    return count
+
+
+def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
+    """Write every captured request straight into the database file, through the ingest pipeline."""
+    report = ReplayReport()
+    metrics = Metrics()
+    store = Store(config.store.path, config.store)
+    writer = SpanWriter(store, metrics, config.store.max_queue_spans, config.store.max_commit_spans)
+    writer.start()
+    try:
+        pipeline = IngestPipeline(writer, metrics)
+        for path in paths:
+            for captured in read_captured(path):
+                request, rejected, errors = parse_captured(captured)
+                outcome, committed = pipeline.submit(request, "replay", rejected, errors)
+                committed.result()
+                report.requests += 1
+                report.accepted += outcome.accepted
+                report.rejected += outcome.rejected
+                if outcome.message:
+                    report.note(f"{captured.where}: {outcome.message}")
+    finally:
+        writer.stop()
+        store.close()
+    return report

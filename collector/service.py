@@ -1,0 +1,219 @@
+"""`ragpulse serve`: the components wired together, started and stopped in order.
+
+Start: store (migrations) -> writer -> forwarder -> receivers. Stop runs the other way: receivers
+stop taking exports, the writer commits what it already accepted, the store checkpoints and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+
+from collector.api import Api
+from collector.config import Config
+from collector.exporters.forwarder import Forwarder
+from collector.pipeline import IngestPipeline
+from collector.receivers.otlp_grpc import OtlpGrpcReceiver
+from collector.receivers.otlp_http import OtlpHttpReceiver
+from collector.store.duckdb_store import Store
+from collector.store.writer import SpanWriter
+from collector.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def server_file(db_path: str | Path) -> Path:
+    """Where a running server advertises its API, next to the database file it holds."""
+    return Path(f"{db_path}.server.json")
+
+
+def running_server_url(db_path: str | Path) -> str | None:
+    """The API URL of the live `ragpulse serve` holding `db_path`, if there is one."""
+    path = server_file(db_path)
+    try:
+        info = orjson.loads(path.read_bytes())
+        pid, url = int(info["pid"]), str(info["http_url"])
+    except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return url
+
+
+class _UvicornServer(uvicorn.Server):
+    # The service owns SIGINT/SIGTERM so it can drain the writer before exiting.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Service:
+    """One ragpulse process: receivers, pipeline, writer and store."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.store: Store | None = None
+        self.writer: SpanWriter | None = None
+        self.forwarder: Forwarder | None = None
+        self._grpc: OtlpGrpcReceiver | None = None
+        self._http: _UvicornServer | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self._http_socket: socket.socket | None = None
+        self._stop = asyncio.Event()
+
+    @property
+    def grpc_port(self) -> int:
+        return self._grpc.port if self._grpc else 0
+
+    @property
+    def http_port(self) -> int:
+        return self._http_socket.getsockname()[1] if self._http_socket else 0
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.config.receivers.host}:{self.http_port}"
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.store = Store(cfg.store.path, cfg.store)
+        self.writer = SpanWriter(
+            self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
+        )
+        self.writer.start()
+        if cfg.exporters.forward_spans and cfg.exporters.otlp.endpoint:
+            self.forwarder = Forwarder(cfg.exporters.otlp, self.metrics, cfg.exporters.forward_queue)
+            self.forwarder.start()
+        pipeline = IngestPipeline(self.writer, self.metrics, self.forwarder)
+
+        self._grpc = OtlpGrpcReceiver(cfg.receivers, pipeline, self.metrics)
+        await self._grpc.start()
+
+        http_receiver = OtlpHttpReceiver(cfg.receivers, pipeline, self.metrics)
+        api = Api(self.store, self.metrics, cfg.sql)
+        app = Starlette(routes=[*http_receiver.routes(), *api.routes()])
+        self._http_socket = _listen(cfg.receivers.host, cfg.receivers.http_port)
+        self._http = _UvicornServer(
+            uvicorn.Config(
+                app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
+            )
+        )
+        self._http_task = asyncio.create_task(self._http.serve(sockets=[self._http_socket]))
+        while not self._http.started:
+            if self._http_task.done():
+                self._http_task.result()
+                raise OSError("HTTP server failed to start")
+            await asyncio.sleep(0.01)
+        server_file(cfg.store.path).write_bytes(
+            orjson.dumps({"pid": os.getpid(), "http_url": self.http_url, "grpc_port": self.grpc_port})
+        )
+        log.info(
+            "ragpulse listening: OTLP/gRPC %s:%d, OTLP/HTTP and API %s",
+            cfg.receivers.host,
+            self.grpc_port,
+            self.http_url,
+        )
+
+    async def stop(self) -> None:
+        """Stop in reverse order; every export already accepted is committed before the store closes."""
+        if self._grpc:
+            await self._grpc.stop(grace=5)
+        if self._http and self._http_task:
+            self._http.should_exit = True
+            await self._http_task
+        if self.writer:
+            await asyncio.to_thread(self.writer.stop)
+        if self.forwarder:
+            await asyncio.to_thread(self.forwarder.stop)
+        if self.store:
+            self.store.close()
+            with contextlib.suppress(OSError):
+                server_file(self.config.store.path).unlink()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, ready: threading.Event | None = None) -> None:
+        """Start, serve until SIGINT/SIGTERM (or `request_stop`), then stop cleanly."""
+        loop = asyncio.get_running_loop()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._stop.set)
+        try:
+            await self.start()
+            if ready is not None:
+                ready.set()
+            await self._stop.wait()
+        finally:
+            await self.stop()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen for OTLP/HTTP on {host}:{port}: {exc.strerror}") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class BackgroundService:
+    """Runs a Service on its own event loop thread: for `ragpulse demo` and the tests.
+
+    `with BackgroundService(config) as svc:` returns once the ports are bound; leaving the block
+    stops the service and waits until the store is closed.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.service = Service(config)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="ragpulse-service", daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.service.run(self._ready))
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> Service:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+        return self.service
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self.service.request_stop)
+            self._thread.join(60)

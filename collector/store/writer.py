@@ -1,0 +1,139 @@
+"""The single writer: a bounded queue of decoded exports and one thread that group-commits them.
+
+Every export waits on a future that resolves only after the transaction holding its spans has
+committed, so an acknowledged span is on disk (DuckDB syncs its WAL on commit). While one commit
+runs, new exports queue up and share the next one. The queue is bounded in spans: past the bound,
+`submit` raises `Overloaded` and the receivers answer with a retryable status.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from collector.otlp.batch import SpanBatch, concat_batches
+from collector.store.duckdb_store import Store
+from collector.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+CommitListener = Callable[[SpanBatch], None]
+
+
+class Overloaded(RuntimeError):
+    """The store is behind: the export should be retried later."""
+
+
+class WriterStopped(RuntimeError):
+    """The writer is shutting down and takes no more exports."""
+
+
+def _rows(batch: SpanBatch) -> int:
+    """A batch's weight in the queue: spans plus events."""
+    return batch.accepted + batch.events.num_rows
+
+
+class SpanWriter:
+    """Group-commits queued span batches into the store from one background thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        max_queue_spans: int,
+        max_commit_spans: int,
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._max_queue_spans = max_queue_spans
+        self._max_commit_spans = max_commit_spans
+        self._queue: deque[tuple[SpanBatch, Future[None]]] = deque()
+        self._queued_spans = 0
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._listeners: list[CommitListener] = []
+        self._thread = threading.Thread(target=self._run, name="ragpulse-writer", daemon=True)
+
+    def add_listener(self, listener: CommitListener) -> None:
+        """Call `listener(batch)` on the writer thread after each commit (assembler, forwarder)."""
+        self._listeners.append(listener)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def queued_spans(self) -> int:
+        return self._queued_spans
+
+    def submit(self, batch: SpanBatch) -> Future[None]:
+        """Queue a batch; the future resolves once it is committed (or fails with the store's error)."""
+        future: Future[None] = Future()
+        size = _rows(batch)
+        with self._cond:
+            if self._stopping:
+                raise WriterStopped("ragpulse is shutting down")
+            if self._queued_spans and self._queued_spans + size > self._max_queue_spans:
+                self._metrics.exports_throttled.inc()
+                raise Overloaded(
+                    f"store is behind: {self._queued_spans} spans waiting for commit "
+                    f"(limit {self._max_queue_spans})"
+                )
+            self._queue.append((batch, future))
+            self._queued_spans += size
+            self._metrics.queue_spans.set(self._queued_spans)
+            self._cond.notify()
+        return future
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Commit everything already queued, then end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _take(self) -> list[tuple[SpanBatch, Future[None]]] | None:
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            taken: list[tuple[SpanBatch, Future[None]]] = []
+            spans = 0
+            while self._queue and (not taken or spans + _rows(self._queue[0][0]) <= self._max_commit_spans):
+                item = self._queue.popleft()
+                taken.append(item)
+                spans += _rows(item[0])
+            self._queued_spans -= spans
+            self._metrics.queue_spans.set(self._queued_spans)
+            return taken
+
+    def _run(self) -> None:
+        while (taken := self._take()) is not None:
+            self._commit(taken)
+
+    def _commit(self, taken: list[tuple[SpanBatch, Future[None]]]) -> None:
+        batch = concat_batches([b for b, _ in taken])
+        started = time.perf_counter()
+        try:
+            self._store.append(batch.spans, batch.events)
+        except Exception as exc:
+            log.exception("commit of %d spans failed", batch.accepted)
+            self._metrics.commit_errors.inc()
+            for _, future in taken:
+                future.set_exception(exc)
+            return
+        self._metrics.commit_seconds.observe(time.perf_counter() - started)
+        self._metrics.spans_stored.inc(batch.accepted)
+        self._metrics.commits.inc()
+        for _, future in taken:
+            future.set_result(None)
+        for listener in self._listeners:
+            try:
+                listener(batch)
+            except Exception:
+                log.exception("commit listener %r failed", listener)

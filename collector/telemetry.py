@@ -1,0 +1,57 @@
+"""ragpulse's own Prometheus metrics, one registry per running service (served on GET /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    """Counters and gauges of the ingest path; later components add theirs here."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.spans_received = Counter(
+            "ragpulse_spans_received", "Spans received, by protocol", ["protocol"], registry=r
+        )
+        self.spans_rejected = Counter(
+            "ragpulse_spans_rejected", "Spans rejected as invalid, by protocol", ["protocol"], registry=r
+        )
+        self.requests = Counter(
+            "ragpulse_export_requests",
+            "Export requests answered, by protocol and outcome",
+            ["protocol", "outcome"],
+            registry=r,
+        )
+        self.exports_throttled = Counter(
+            "ragpulse_exports_throttled",
+            "Exports refused with a retryable status because the store was behind",
+            registry=r,
+        )
+        self.spans_stored = Counter("ragpulse_spans_stored", "Spans committed to the store", registry=r)
+        self.commits = Counter("ragpulse_commits", "Store transactions committed", registry=r)
+        self.commit_errors = Counter("ragpulse_commit_errors", "Store transactions that failed", registry=r)
+        self.commit_seconds = Histogram(
+            "ragpulse_commit_seconds",
+            "Time to commit one group of exports",
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.export_seconds = Histogram(
+            "ragpulse_export_seconds",
+            "Export latency from receipt to acknowledgement, by protocol",
+            ["protocol"],
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.queue_spans = Gauge("ragpulse_queue_spans", "Spans waiting for commit", registry=r)
+        self.forward_dropped = Counter(
+            "ragpulse_forward_dropped", "Exports not forwarded downstream (queue full or error)", registry=r
+        )
+        self.sql_queries = Counter(
+            "ragpulse_sql_queries", "SQL queries answered, by outcome", ["outcome"], registry=r
+        )
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
