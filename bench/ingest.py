@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Ingest benchmark: persisted spans/s, Export latency and peak RSS of `ragpulse serve`.
+
+Starts `ragpulse serve` on a fresh DuckDB file, drives it with the shared OTLP load generator
+(`../shared/tools/otlp_load.py`: OpenInference RAG traces, ~800 bytes/span), then counts the spans
+in DuckDB. A second pass sends the same requests from an instrumented client to measure per-Export
+latency (p50/p99). Peak RSS is the server's VmHWM from /proc.
+
+    .venv/bin/python bench/ingest.py                  # gRPC, 100k traces (400k spans)
+    .venv/bin/python bench/ingest.py --traces 20000 --protocol http-json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LOAD_TOOL = ROOT.parent / "shared" / "tools" / "otlp_load.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def load_tool(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("otlp_load", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"VmHWM:\s+(\d+) kB", status)
+    return int(match.group(1)) / 1024 if match else float("nan")
+
+
+def count_spans(http_url: str) -> int:
+    query = {"query": "SELECT count(*) AS n FROM spans"}
+    response = httpx.post(f"{http_url}/api/sql", json=query, timeout=60)
+    response.raise_for_status()
+    return int(response.json()[0]["n"])
+
+
+class PersistWatcher(threading.Thread):
+    """Polls count(*) in DuckDB; the rate is measured from the first stored span to the last."""
+
+    def __init__(self, url: str, expected: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.expected = url, expected
+        self.first: tuple[float, int] | None = None
+        self.last: tuple[float, int] = (0.0, 0)
+
+    def run(self) -> None:
+        deadline = time.perf_counter() + 900
+        while self.last[1] < self.expected and time.perf_counter() < deadline:
+            sample = (time.perf_counter(), count_spans(self.url))
+            if sample[1] and self.first is None:
+                self.first = sample
+            self.last = sample
+            time.sleep(0.02)
+
+    def report(self) -> str:
+        if self.first is None or self.last[0] <= self.first[0]:
+            return f"persisted: {self.last[1]} spans (too few samples for a rate)"
+        rate = (self.last[1] - self.first[1]) / (self.last[0] - self.first[0])
+        return (
+            f"persisted: {self.last[1]} of {self.expected} spans counted in DuckDB; "
+            f"{rate:.0f} spans/s from first to last stored span"
+        )
+
+
+def start_server(db: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], int, str]:
+    grpc_port, http_port = free_port(), free_port()
+    cmd = [
+        str(ROOT / ".venv/bin/ragpulse"),
+        "serve",
+        "--db",
+        str(db),
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        str(http_port),
+        *extra,
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{http_port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc, grpc_port, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("server did not start: " + (proc.stderr.read().decode() if proc.stderr else ""))
+
+
+def timed_exports(requests: list[Any], concurrency: int, send: Any) -> tuple[list[float], float]:
+    """Send every request from `concurrency` threads; returns per-Export seconds and wall time."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    todo = iter(range(len(requests)))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            for attempt in range(100):
+                started = time.perf_counter()
+                if send(requests[i]):
+                    with lock:
+                        latencies.append(time.perf_counter() - started)
+                    break
+                time.sleep(0.05 * (attempt + 1))
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, time.perf_counter() - started
+
+
+def grpc_sender(port: int) -> Any:
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
+    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+
+    def send(request: Any) -> bool:
+        try:
+            stub.Export(request, timeout=30)
+            return True
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED):
+                return False
+            raise
+
+    return send
+
+
+def http_sender(url: str, as_json: bool) -> tuple[Any, Any]:
+    client = httpx.Client(timeout=30)
+    media = "application/json" if as_json else "application/x-protobuf"
+
+    def encode(request: Any) -> bytes:
+        if not as_json:
+            return bytes(request.SerializeToString())
+        # OTLP/JSON wants hex ids; json_format writes base64, which ragpulse also accepts.
+        return json_format.MessageToJson(request, indent=None).encode()
+
+    def send(body: bytes) -> bool:
+        response = client.post(f"{url}/v1/traces", content=body, headers={"Content-Type": media})
+        if response.status_code == 503:
+            return False
+        response.raise_for_status()
+        return True
+
+    return encode, send
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--traces", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=100, help="traces per Export (4 spans each)")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--protocol", choices=["grpc", "http-protobuf", "http-json"], default="grpc")
+    parser.add_argument("--load-tool", type=Path, default=DEFAULT_LOAD_TOOL)
+    parser.add_argument("--keep", action="store_true", help="keep the database directory")
+    args = parser.parse_args()
+
+    tool = load_tool(args.load_tool)
+    workdir = Path(tempfile.mkdtemp(prefix="ragpulse-bench-"))
+    db = workdir / "bench.duckdb"
+    proc, grpc_port, url = start_server(db, [])
+    try:
+        batches = args.traces // args.batch
+        expected = batches * args.batch * 4
+        print(
+            f"ragpulse serve pid {proc.pid}; {expected} spans in {batches} exports of {args.batch * 4}, "
+            f"{args.concurrency} concurrent, protocol {args.protocol}"
+        )
+        watcher = PersistWatcher(url, expected)
+        watcher.start()
+        if args.protocol == "grpc":
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    str(args.load_tool),
+                    f"127.0.0.1:{grpc_port}",
+                    str(args.traces),
+                    str(args.batch),
+                    str(args.concurrency),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            print("load tool:", out.stdout.strip())
+        else:
+            encode, send = http_sender(url, args.protocol == "http-json")
+            bodies = [encode(tool.build(args.batch, i)) for i in range(batches)]
+            _, wall = timed_exports(bodies, args.concurrency, send)
+            print(f"sent {expected} spans in {wall:.2f}s = {expected / wall:.0f} spans/s accepted")
+        watcher.join(600)
+        print(watcher.report())
+
+        # Latency pass: the same kind of requests from an instrumented client (new trace ids).
+        n = max(args.concurrency * 25, min(batches, 250))
+        if args.protocol == "grpc":
+            requests = [tool.build(args.batch, 10_000 + i) for i in range(n)]
+            latencies, wall = timed_exports(requests, args.concurrency, grpc_sender(grpc_port))
+        else:
+            encode, send = http_sender(url, args.protocol == "http-json")
+            bodies = [encode(tool.build(args.batch, 10_000 + i)) for i in range(n)]
+            latencies, wall = timed_exports(bodies, args.concurrency, send)
+        print(
+            f"export latency over {len(latencies)} exports of {args.batch * 4} spans: "
+            f"p50 {percentile(latencies, 50) * 1000:.1f} ms, p99 {percentile(latencies, 99) * 1000:.1f} ms "
+            f"({n * args.batch * 4 / wall:.0f} spans/s during this pass)"
+        )
+        print(f"peak RSS of ragpulse serve: {peak_rss_mib(proc.pid):.0f} MiB")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if not args.keep:
+            for p in sorted(workdir.glob("*")):
+                p.unlink()
+            os.rmdir(workdir)
+
+
+if __name__ == "__main__":
+    main()
