@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,17 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.otlp.batch import MAX_REPORTED_ERRORS
+
+_HEX = re.compile(r"[0-9a-fA-F]*")
+
+
+def _reason(exc: Exception) -> str:
+    """json_format wraps errors as "Failed to parse X field: ..." once per level: keep the cause."""
+    text = str(exc)
+    while text.startswith("Failed to parse ") and ": " in text:
+        text = text.split(": ", 1)[1]
+    return text[:200]
+
 
 _PARSE_ERRORS = (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError, KeyError)
 
@@ -55,11 +67,10 @@ def decode_id(text: Any, size: int, what: str) -> bytes:
         return b""
     if not isinstance(text, str):
         raise ValueError(f"{what} must be a string")
-    if len(text) == 2 * size:
-        try:
-            return bytes.fromhex(text)
-        except ValueError:
-            pass
+    if len(text) % 2 == 0 and _HEX.fullmatch(text):
+        # Hex of any length is hex (a valid base64 id always ends in "="): a wrong length is then
+        # reported as such by the decoder instead of as "neither hex nor base64".
+        return bytes.fromhex(text)
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -155,5 +166,5 @@ def parse_json_request(body: bytes) -> ParsedJson:
                     scope_spans.spans.append(_parse_span(span_obj))
                 except _PARSE_ERRORS as exc:
                     span_id = span_obj.get("spanId", "?") if isinstance(span_obj, dict) else "?"
-                    parsed.reject(1, f"span {str(span_id)[:32]}: {str(exc)[:200]}")
+                    parsed.reject(1, f"span {str(span_id)[:32]}: {_reason(exc)}")
     return parsed

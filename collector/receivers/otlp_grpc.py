@@ -6,6 +6,7 @@ import logging
 import time
 
 import grpc
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
@@ -60,6 +61,17 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             )
         )
 
+    async def export_bytes(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
+        """Decode here, not in grpc: a bad body is INVALID_ARGUMENT, not UNKNOWN plus a logged traceback."""
+        try:
+            request = ExportTraceServiceRequest.FromString(raw)
+        except DecodeError as exc:
+            self._metrics.requests.labels(PROTOCOL, "invalid").inc()
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"request is not a valid ExportTraceServiceRequest: {exc}"
+            )
+        return await self.Export(request, context)
+
 
 class OtlpGrpcReceiver:
     """The gRPC server; `start()` binds the port (0 picks a free one, see `.port`)."""
@@ -72,8 +84,18 @@ class OtlpGrpcReceiver:
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
             ]
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            _TraceService(pipeline, metrics, config.retry_after), self._server
+        service = _TraceService(pipeline, metrics, config.retry_after)
+        export = grpc.unary_unary_rpc_method_handler(
+            service.export_bytes,
+            request_deserializer=None,
+            response_serializer=ExportTraceServiceResponse.SerializeToString,
+        )
+        self._server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": export}
+                ),
+            )
         )
         self.port = 0
 

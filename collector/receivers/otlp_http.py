@@ -76,6 +76,8 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
         raise UndecodableBody(f"body is not valid {encoding}: {exc}") from None
     if len(data) > limit or decompressor.unconsumed_tail:
         raise BodyTooLarge(f"decompressed body exceeds the {limit} byte limit")
+    if not decompressor.eof:
+        raise UndecodableBody(f"body is not valid {encoding}: the compressed stream is truncated")
     return data
 
 
