@@ -109,6 +109,11 @@ class Service:
         api = Api(self.store, self.metrics, cfg.sql)
         app = Starlette(routes=[*http_receiver.routes(), *api.routes()])
         self._http_socket = _listen(cfg.receivers.host, cfg.receivers.http_port)
+        # Written once both sockets listen (connections queue from here), before /healthz answers,
+        # so a client that saw the server healthy also finds the sidecar.
+        server_file(cfg.store.path).write_bytes(
+            orjson.dumps({"pid": os.getpid(), "http_url": self.http_url, "grpc_port": self.grpc_port})
+        )
         self._http = _UvicornServer(
             uvicorn.Config(
                 app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
@@ -120,9 +125,6 @@ class Service:
                 self._http_task.result()
                 raise OSError("HTTP server failed to start")
             await asyncio.sleep(0.01)
-        server_file(cfg.store.path).write_bytes(
-            orjson.dumps({"pid": os.getpid(), "http_url": self.http_url, "grpc_port": self.grpc_port})
-        )
         log.info(
             "ragpulse listening: OTLP/gRPC %s:%d, OTLP/HTTP and API %s",
             cfg.receivers.host,

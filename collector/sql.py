@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import re
 import threading
 import uuid
 from dataclasses import dataclass
@@ -18,6 +19,17 @@ from typing import Any
 
 import duckdb
 import orjson
+
+# EXPLAIN ANALYZE runs its statement, so EXPLAIN is let through only in front of a query. The prefix
+# (leading comments, EXPLAIN, ANALYZE/ANALYSE, an option list) is cut to find the explained statement.
+_EXPLAIN_PREFIX = re.compile(
+    r"""^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*      # whitespace and comments
+        explain\s*
+        (?:analy[sz]e\b\s*)?
+        (?:\([^)]*\)\s*)?                     # EXPLAIN (ANALYZE, FORMAT json)
+    """,
+    re.IGNORECASE | re.DOTALL | re.VERBOSE,
+)
 
 ALLOWED_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
@@ -88,10 +100,30 @@ def check_read_only(query: str) -> str:
     if len(statements) > 1:
         raise QueryError("only one statement per query")
     statement = statements[0]
-    if statement.type not in ALLOWED_STATEMENTS:
-        kind = statement.type.name.replace("_STATEMENT", "")
-        raise QueryError(f"only read-only queries (SELECT, EXPLAIN) are allowed, not {kind}")
+    _refuse_unless_allowed(statement.type)
+    if statement.type == duckdb.StatementType.EXPLAIN:
+        _check_explained(statement.query)
     return query
+
+
+def _refuse_unless_allowed(kind: duckdb.StatementType) -> None:
+    if kind not in ALLOWED_STATEMENTS:
+        name = kind.name.replace("_STATEMENT", "")
+        raise QueryError(f"only read-only queries (SELECT, EXPLAIN) are allowed, not {name}")
+
+
+def _check_explained(explain: str) -> None:
+    """Refuse EXPLAIN [ANALYZE] of anything but a query: ANALYZE would execute a write."""
+    prefix = _EXPLAIN_PREFIX.match(explain)
+    try:
+        inner = duckdb.extract_statements(explain[prefix.end() :]) if prefix else []
+    except duckdb.Error:
+        inner = []
+    if len(inner) != 1:
+        raise QueryError("only read-only queries are allowed: EXPLAIN only in front of a single SELECT")
+    if inner[0].type != duckdb.StatementType.SELECT:
+        name = inner[0].type.name.replace("_STATEMENT", "")
+        raise QueryError(f"only read-only queries (SELECT, EXPLAIN SELECT) are allowed, not EXPLAIN {name}")
 
 
 def run_query(cursor: duckdb.DuckDBPyConnection, query: str, max_rows: int, timeout: float) -> QueryResult:

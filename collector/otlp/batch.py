@@ -104,13 +104,15 @@ def any_value(value: AnyValue, depth: int = 0) -> Any:
         return value.bool_value
     if kind is None:
         return None
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
     if depth >= MAX_ATTRIBUTE_DEPTH:
         raise SpanRejected(f"attribute value nested deeper than {MAX_ATTRIBUTE_DEPTH} levels")
     if kind == "array_value":
         return [any_value(item, depth + 1) for item in value.array_value.values]
     if kind == "kvlist_value":
         return {kv.key: any_value(kv.value, depth + 1) for kv in value.kvlist_value.values}
-    return base64.b64encode(value.bytes_value).decode("ascii")
+    raise SpanRejected(f"unknown AnyValue kind {kind}")
 
 
 def attributes_dict(attributes: Any) -> dict[str, Any]:

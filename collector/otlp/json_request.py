@@ -139,20 +139,20 @@ def parse_json_request(body: bytes) -> ParsedJson:
         if not isinstance(rs_obj, dict):
             raise UndecodableBody("resourceSpans entries must be JSON objects")
         scope_objs = _list(rs_obj, "scopeSpans", "scope_spans", "instrumentationLibrarySpans")
+        if not all(isinstance(ss_obj, dict) for ss_obj in scope_objs):
+            raise UndecodableBody("scopeSpans entries must be JSON objects")
+        spans_per_scope = [_list(ss_obj, "spans") for ss_obj in scope_objs]
         resource = Resource()
         try:
             _parse_into(resource, rs_obj.get("resource"), "resource")
         except _PARSE_ERRORS as exc:
-            count = sum(len(s.get("spans") or []) for s in scope_objs if isinstance(s, dict))
+            count = sum(len(span_objs) for span_objs in spans_per_scope)
             parsed.reject(count, f"resource of {count} span(s): {exc}")
             continue
         resource_spans = parsed.request.resource_spans.add()
         resource_spans.resource.CopyFrom(resource)
         resource_spans.schema_url = str(_get(rs_obj, "schemaUrl", "schema_url", ""))
-        for ss_obj in scope_objs:
-            if not isinstance(ss_obj, dict):
-                raise UndecodableBody("scopeSpans entries must be JSON objects")
-            span_objs = _list(ss_obj, "spans")
+        for ss_obj, span_objs in zip(scope_objs, spans_per_scope, strict=True):
             scope = InstrumentationScope()
             try:
                 _parse_into(scope, _get(ss_obj, "scope", "instrumentationLibrary"), "scope")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import time
 
 import grpc
@@ -82,6 +83,8 @@ class OtlpGrpcReceiver:
             options=[
                 ("grpc.max_receive_message_length", config.max_request_bytes),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                # gRPC sets SO_REUSEPORT by default, so a second server would silently share the port.
+                ("grpc.so_reuseport", 0),
             ]
         )
         service = _TraceService(pipeline, metrics, config.retry_after)
@@ -101,6 +104,7 @@ class OtlpGrpcReceiver:
 
     async def start(self) -> None:
         address = f"{self._config.host}:{self._config.grpc_port}"
+        _check_port_free(self._config.host, self._config.grpc_port, address)
         try:
             self.port = self._server.add_insecure_port(address)
         except RuntimeError as exc:
@@ -109,3 +113,16 @@ class OtlpGrpcReceiver:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self._server.stop(grace)
+
+
+def _check_port_free(host: str, port: int, address: str) -> None:
+    """Fail with one clear line before gRPC core logs its own bind error to stderr."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise OSError(f"cannot listen for OTLP/gRPC on {address}: {exc.strerror}") from None
