@@ -11,6 +11,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.config import SqlConfig
+from collector.datasets import DatasetError, cases_table, parse_cases, write_cases
+from collector.processors.assembler import TraceAssembler
 from collector.sql import QueryError, run_query
 from collector.store.duckdb_store import Store
 from collector.telemetry import Metrics
@@ -26,16 +28,20 @@ class _OrjsonResponse(JSONResponse):
 class Api:
     """Routes: GET /healthz, GET /metrics, POST /api/sql."""
 
-    def __init__(self, store: Store, metrics: Metrics, sql: SqlConfig) -> None:
+    def __init__(
+        self, store: Store, metrics: Metrics, sql: SqlConfig, assembler: TraceAssembler | None = None
+    ) -> None:
         self._store = store
         self._metrics = metrics
         self._sql = sql
+        self._assembler = assembler
 
     def routes(self) -> list[Route]:
         return [
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/api/sql", self.sql, methods=["POST"]),
+            Route("/api/cases", self.load_cases, methods=["POST"]),
         ]
 
     async def healthz(self, request: Request) -> Response:
@@ -71,6 +77,27 @@ class Api:
             return result.records(), result.truncated
         finally:
             cursor.close()
+
+    async def load_cases(self, request: Request) -> Response:
+        """Insert or replace golden cases: body `{"source": "...", "cases": [{id, question, ...}]}`."""
+        try:
+            payload = orjson.loads(await request.body())
+            cases = parse_cases(payload.get("cases"), str(payload.get("source", "api")))
+        except (orjson.JSONDecodeError, AttributeError):
+            return _OrjsonResponse({"error": 'body must be JSON: {"cases": [...]}'}, status_code=400)
+        except DatasetError as exc:
+            return _OrjsonResponse({"error": str(exc)}, status_code=400)
+        await run_in_threadpool(self._write_cases, cases_table(cases, str(payload.get("source", "api"))))
+        return _OrjsonResponse({"loaded": len(cases)})
+
+    def _write_cases(self, table: Any) -> None:
+        cursor = self._store.read_cursor()
+        try:
+            write_cases(cursor, table)
+        finally:
+            cursor.close()
+        if self._assembler is not None:
+            self._assembler.refresh_cases()
 
     def _error(self, message: str) -> Response:
         self._metrics.sql_queries.labels("error").inc()

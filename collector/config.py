@@ -57,6 +57,8 @@ class AssemblerConfig(_Section):
     decision_wait: float = Field(5.0, gt=0)
     max_wait: float = Field(60.0, gt=0)
     max_traces: int = Field(50_000, gt=0)
+    poll_interval: float = Field(0.25, gt=0, le=10)
+    enabled: bool = True
 
 
 class SamplingRuleMatch(_Section):

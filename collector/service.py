@@ -25,6 +25,7 @@ from collector.api import Api
 from collector.config import Config
 from collector.exporters.forwarder import Forwarder
 from collector.pipeline import IngestPipeline
+from collector.processors.assembler import TraceAssembler
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.store.duckdb_store import Store
@@ -72,6 +73,7 @@ class Service:
         self.store: Store | None = None
         self.writer: SpanWriter | None = None
         self.forwarder: Forwarder | None = None
+        self.assembler: TraceAssembler | None = None
         self._grpc: OtlpGrpcReceiver | None = None
         self._http: _UvicornServer | None = None
         self._http_task: asyncio.Task[None] | None = None
@@ -96,6 +98,10 @@ class Service:
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
         )
+        if cfg.assembler.enabled:
+            self.assembler = TraceAssembler(self.store, cfg.assembler, self.metrics)
+            self.writer.add_listener(self.assembler.on_commit)
+            self.assembler.start()
         self.writer.start()
         if cfg.exporters.forward_spans and cfg.exporters.otlp.endpoint:
             self.forwarder = Forwarder(cfg.exporters.otlp, self.metrics, cfg.exporters.forward_queue)
@@ -106,7 +112,7 @@ class Service:
         await self._grpc.start()
 
         http_receiver = OtlpHttpReceiver(cfg.receivers, pipeline, self.metrics)
-        api = Api(self.store, self.metrics, cfg.sql)
+        api = Api(self.store, self.metrics, cfg.sql, self.assembler)
         app = Starlette(routes=[*http_receiver.routes(), *api.routes()])
         self._http_socket = _listen(cfg.receivers.host, cfg.receivers.http_port)
         # Written once both sockets listen (connections queue from here), before /healthz answers,
@@ -141,6 +147,8 @@ class Service:
             await self._http_task
         if self.writer:
             await asyncio.to_thread(self.writer.stop)
+        if self.assembler:
+            await asyncio.to_thread(self.assembler.stop)
         if self.forwarder:
             await asyncio.to_thread(self.forwarder.stop)
         if self.store:

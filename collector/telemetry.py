@@ -52,6 +52,30 @@ class Metrics:
             "ragpulse_sql_queries", "SQL queries answered, by outcome", ["outcome"], registry=r
         )
 
+        self.traces_in_flight = Gauge(
+            "ragpulse_traces_in_flight", "Traces waiting to be assembled", registry=r
+        )
+        self.traces_assembled = Counter(
+            "ragpulse_traces_assembled",
+            "Traces assembled, by reason (complete, max_wait, pressure, late_span, recovery)",
+            ["reason"],
+            registry=r,
+        )
+        self.traces_unknown = Counter(
+            "ragpulse_traces_unknown_convention",
+            "Assembled traces with no recognisable RAG step (convention 'unknown')",
+            registry=r,
+        )
+        self.assembly_errors = Counter(
+            "ragpulse_assembly_errors", "Assembly rounds that failed (retried after a restart)", registry=r
+        )
+        self.assembly_seconds = Histogram(
+            "ragpulse_assembly_seconds",
+            "Time to map and write one round of assembled traces",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
         return generate_latest(self.registry)

@@ -40,6 +40,85 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        2,
+        "assembled traces, steps, documents and golden cases",
+        """
+        CREATE TABLE traces (
+            trace_id VARCHAR NOT NULL,
+            service_name VARCHAR,
+            root_span_id VARCHAR,
+            start_time TIMESTAMP,
+            end_time TIMESTAMP,
+            duration_ms DOUBLE,
+            question VARCHAR,
+            answer VARCHAR,
+            convention VARCHAR,
+            status VARCHAR,
+            sample_decision VARCHAR,
+            sample_reason VARCHAR,
+            retrieval_ms DOUBLE,
+            generation_ms DOUBLE,
+            input_tokens BIGINT,
+            output_tokens BIGINT,
+            span_count INTEGER,
+            step_count INTEGER,
+            case_id VARCHAR,
+            case_match VARCHAR,
+            expected_documents JSON,
+            expected_answer VARCHAR,
+            session_id VARCHAR,
+            mapping_error VARCHAR,
+            assembled_at TIMESTAMP,
+            assembly_reason VARCHAR,
+            assembly_count INTEGER,
+            last_received_at TIMESTAMP
+        );
+        CREATE TABLE steps (
+            trace_id VARCHAR NOT NULL,
+            span_id VARCHAR NOT NULL,
+            parent_span_id VARCHAR,
+            position INTEGER,
+            kind VARCHAR,
+            name VARCHAR,
+            convention VARCHAR,
+            model VARCHAR,
+            provider VARCHAR,
+            query VARCHAR,
+            input VARCHAR,
+            output VARCHAR,
+            start_time TIMESTAMP,
+            end_time TIMESTAMP,
+            duration_ms DOUBLE,
+            input_tokens BIGINT,
+            output_tokens BIGINT,
+            total_tokens BIGINT,
+            status VARCHAR,
+            span_ids VARCHAR[]
+        );
+        CREATE TABLE documents (
+            trace_id VARCHAR NOT NULL,
+            span_id VARCHAR NOT NULL,
+            stage VARCHAR,
+            rank INTEGER,
+            doc_id VARCHAR,
+            content VARCHAR,
+            score DOUBLE,
+            distance DOUBLE,
+            metadata JSON
+        );
+        CREATE TABLE cases (
+            case_id VARCHAR PRIMARY KEY,
+            question VARCHAR,
+            normalized_question VARCHAR,
+            expected_documents JSON,
+            expected_answer VARCHAR,
+            metadata JSON,
+            source VARCHAR,
+            loaded_at TIMESTAMP
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

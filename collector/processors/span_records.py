@@ -1,0 +1,95 @@
+"""Stored span rows (Arrow tables of the `spans` / `span_events` shape) as `semconv.SpanRecord`s."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from semconv import EventRecord, SpanRecord
+
+SPAN_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "service_name",
+    "start_time",
+    "end_time",
+    "status_code",
+    "status_message",
+    "attributes",
+    "scope_name",
+)
+EVENT_COLUMNS = ("trace_id", "span_id", "time", "name", "attributes")
+
+
+def _micros(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
+    """Timestamps of any unit as integer microseconds since the epoch."""
+    return pc.cast(pc.cast(column, pa.timestamp("us"), safe=False), pa.int64()).to_pylist()
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def span_records(spans: pa.Table, events: pa.Table | None = None) -> list[SpanRecord]:
+    """Records of every span row, with each span's events attached in time order."""
+    by_span: dict[tuple[str, str], list[EventRecord]] = defaultdict(list)
+    if events is not None and events.num_rows:
+        times = _micros(events["time"])
+        for trace_id, span_id, time_us, name, attrs in zip(
+            events["trace_id"].to_pylist(),
+            events["span_id"].to_pylist(),
+            times,
+            events["name"].to_pylist(),
+            events["attributes"].to_pylist(),
+            strict=True,
+        ):
+            by_span[(trace_id, span_id)].append(EventRecord(name or "", time_us, _json_object(attrs)))
+    columns = {
+        name: spans[name].to_pylist() for name in SPAN_COLUMNS if name not in ("start_time", "end_time")
+    }
+    starts = _micros(spans["start_time"])
+    ends = _micros(spans["end_time"])
+    records = []
+    for i in range(spans.num_rows):
+        trace_id = columns["trace_id"][i]
+        span_id = columns["span_id"][i]
+        span_events = by_span.get((trace_id, span_id), [])
+        span_events.sort(key=lambda e: e.time_us or 0)
+        records.append(
+            SpanRecord(
+                trace_id=trace_id,
+                span_id=span_id,
+                parent_span_id=columns["parent_span_id"][i] or None,
+                name=columns["name"][i] or "",
+                kind=columns["kind"][i] or "INTERNAL",
+                start_us=starts[i],
+                end_us=ends[i],
+                status_code=columns["status_code"][i] or "UNSET",
+                status_message=columns["status_message"][i] or None,
+                attributes=_json_object(columns["attributes"][i]),
+                service_name=columns["service_name"][i],
+                scope_name=columns["scope_name"][i],
+                events=span_events,
+            )
+        )
+    return records
+
+
+def records_by_trace(records: list[SpanRecord]) -> dict[str, list[SpanRecord]]:
+    grouped: dict[str, list[SpanRecord]] = defaultdict(list)
+    for record in records:
+        grouped[record.trace_id].append(record)
+    return grouped

@@ -1,0 +1,528 @@
+"""A trace's spans -> one `RagTrace`, composing the per-convention mappers by the precedence of
+reference/semconv.md section 6: step type (6.1), field precedence (6.2), tree rules (6.3).
+
+Pure logic, no I/O. `map_trace` never raises: a span it cannot read becomes a `chain` step, and a
+trace with no retrieval / rerank / llm / embedding step keeps `convention = 'unknown'`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from semconv import names
+from semconv.documents import fill_ids
+from semconv.mappers import genai, langfuse, langsmith, openinference, openllmetry
+from semconv.mappers.text_fields import question_text
+from semconv.models import RAG_STEP_KINDS, STEP_KINDS, Document, RagTrace, SpanRecord, Step
+from semconv.values import integer, is_absent, lower, string_list, text
+
+log = logging.getLogger(__name__)
+
+# Kinds whose nested spans of the same kind are one step (LlamaIndex `.predict` ⊃ `.chat` ⊃ client span).
+COLLAPSING_KINDS = frozenset({"llm", "retrieval", "rerank", "embedding"})
+NOT_PROVIDERS = frozenset({"langchain", "langgraph"})  # framework names set on chain spans
+
+MODEL_KEYS = (
+    "gen_ai.response.model",
+    "llm.response.model_name",
+    "llm.model_name",
+    "gen_ai.request.model",
+    "llm.request.model_name",
+    "langfuse.observation.model.name",
+)
+PROVIDER_KEYS = ("gen_ai.provider.name", "llm.provider", "gen_ai.system", "llm.system")
+INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens")
+OUTPUT_TOKEN_KEYS = (
+    "gen_ai.usage.output_tokens",
+    "llm.token_count.completion",
+    "gen_ai.usage.completion_tokens",
+)
+TOTAL_TOKEN_KEYS = ("llm.token_count.total", "gen_ai.usage.total_tokens", "llm.usage.total_tokens")
+SESSION_KEYS = (
+    "session.id",
+    "gen_ai.conversation.id",
+    "langfuse.session.id",
+    "traceloop.association.properties.session_id",
+)
+TOKEN_EVIDENCE = (*INPUT_TOKEN_KEYS, *OUTPUT_TOKEN_KEYS)
+NAME_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^vector_db_retrieve\b|retriever|^retrieval\b|^retrieve\b", re.IGNORECASE), "retrieval"),
+    (re.compile(r"rerank", re.IGNORECASE), "rerank"),
+    (re.compile(r"^embeddings?\b|\.embeddings?$", re.IGNORECASE), "embedding"),
+    (re.compile(r"^chat\b|\.chat$|^chatcompletion$|\.completion$", re.IGNORECASE), "llm"),
+)
+CONVENTION_ORDER = ("ragpulse", "openinference", "langfuse", "langsmith", "openllmetry", "genai", "unknown")
+
+
+# --------------------------------------------------------------------------- step type (6.1)
+
+
+def _own_convention(attrs: dict[str, Any]) -> str:
+    if any(key.startswith("rag.") for key in attrs):
+        return "ragpulse"
+    return openllmetry.NAME if openllmetry.is_openllmetry(attrs) else genai.NAME
+
+
+def classify(span: SpanRecord) -> tuple[str, str]:
+    """(step kind, convention that said so) for one span; the first rule that yields a kind wins."""
+    attrs = span.attributes
+    explicit = lower(attrs.get(names.RAG_STEP))
+    if explicit in STEP_KINDS:
+        return explicit, "ragpulse"
+    for mapper in (openinference, langfuse, langsmith):
+        kind = mapper.explicit_kind(attrs)
+        if kind:
+            return kind, mapper.NAME
+    kind = genai.operation_kind(attrs)
+    if kind:
+        return kind, _own_convention(attrs)
+    kind = openllmetry.legacy_kind(attrs)
+    if kind:
+        return kind, openllmetry.NAME
+    kind = openinference.evidence_kind(attrs)
+    if kind:
+        return kind, openinference.NAME
+    kind = openllmetry.evidence_kind(attrs, span.events)
+    if kind:
+        return kind, openllmetry.NAME
+    kind = genai.evidence_kind(attrs)
+    if kind:
+        return kind, _own_convention(attrs)
+    if "tool.name" in attrs:
+        return "tool", openinference.NAME
+    if any(key in attrs for key in TOKEN_EVIDENCE):
+        return "llm", _own_convention(attrs)
+    return _weak_kind(span)
+
+
+def _weak_kind(span: SpanRecord) -> tuple[str, str]:
+    attrs = span.attributes
+    hinted = lower(attrs.get("gen_ai.span.kind"))
+    if hinted:
+        kind = openinference.KINDS.get(hinted, "chain")
+        return kind, "unknown"
+    if any(not is_absent(attrs.get(key)) for key in MODEL_KEYS) or "model" in attrs:
+        return "llm", _own_convention(attrs)
+    for pattern, kind in NAME_HINTS:
+        if pattern.search(span.name or ""):
+            return kind, "unknown"
+    return "chain", "unknown"
+
+
+# --------------------------------------------------------------------------- fields (6.2)
+
+
+def _first(*candidates: Callable[[], Any]) -> Any:
+    for candidate in candidates:
+        value = candidate()
+        if not is_absent(value) and value != []:
+            return value
+    return None
+
+
+def _first_key(attrs: dict[str, Any], keys: Iterable[str]) -> Any:
+    for key in keys:
+        value = attrs.get(key)
+        if not is_absent(value):
+            return value
+    return None
+
+
+def model(attrs: dict[str, Any], kind: str) -> str | None:
+    found = _first_key(attrs, MODEL_KEYS)
+    if found is None and kind == "embedding":
+        found = attrs.get("embedding.model_name")
+    if found is None and kind == "rerank":
+        found = attrs.get("reranker.model_name")
+    if found is None:
+        params = openinference.invocation_parameters(attrs)
+        found = params.get("model") if params else None
+    return text(found)
+
+
+def provider(attrs: dict[str, Any]) -> str | None:
+    for key in PROVIDER_KEYS:
+        value = lower(attrs.get(key))
+        if value and value not in NOT_PROVIDERS:
+            return value
+    return None
+
+
+def tokens(attrs: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
+    """(input, output, total) tokens of one span."""
+    input_tokens = integer(_first_key(attrs, INPUT_TOKEN_KEYS))
+    if input_tokens is None:
+        input_tokens = langfuse.usage(attrs, "input")
+    output_tokens = integer(_first_key(attrs, OUTPUT_TOKEN_KEYS))
+    if output_tokens is None:
+        output_tokens = langfuse.usage(attrs, "output")
+    total = integer(_first_key(attrs, TOTAL_TOKEN_KEYS))
+    if total is None:
+        total = langfuse.usage(attrs, "total")
+    if total is None and input_tokens is not None and output_tokens is not None:
+        total = input_tokens + output_tokens
+    return input_tokens, output_tokens, total
+
+
+def retrieval_query(span: SpanRecord) -> str | None:
+    a = span.attributes
+    found = _first(
+        lambda: genai.retrieval_query(a),
+        lambda: openinference.retrieval_query(a),
+        lambda: openllmetry.retrieval_query(a),
+        lambda: langsmith.retrieval_query(a),
+        lambda: langfuse.retrieval_query(a),
+        lambda: text(a.get("reranker.query")),
+        lambda: text(a.get("db.marqo.search.query")),
+    )
+    return text(found)
+
+
+def retrieval_documents(span: SpanRecord, kind: str) -> tuple[list[Document], list[Document]]:
+    """(documents in rank order, rerank input documents) of one span."""
+    a = span.attributes
+    input_docs: list[Document] = []
+    if kind == "rerank":
+        input_docs = openinference.reranker_documents(a, "input")
+    found: list[Document] = (
+        _first(
+            lambda: genai.retrieval_documents(a),
+            lambda: openinference.retrieval_documents(a),
+            lambda: openinference.reranker_documents(a, "output") if kind == "rerank" else [],
+            lambda: openllmetry.entity_documents(a),
+            lambda: openllmetry.event_documents(span.events),
+            lambda: langsmith.completion_documents(a),
+            lambda: langfuse.output_documents(a),
+            lambda: openinference.output_documents(a),
+        )
+        or []
+    )
+    output_docs = openinference.output_documents(a) or langsmith.completion_documents(a)
+    return fill_ids(found, output_docs), fill_ids(input_docs, [])
+
+
+def llm_output(span: SpanRecord) -> str | None:
+    a = span.attributes
+    return text(
+        _first(
+            lambda: genai.llm_output(a),
+            lambda: openinference.llm_output(a),
+            lambda: openllmetry.llm_output(a),
+            lambda: genai.event_output(span.events),
+            lambda: langsmith.llm_output(a) if langsmith.SPAN_KIND in a else None,
+            lambda: langfuse.llm_output(a),
+            lambda: openinference.llm_output_value(a),
+        )
+    )
+
+
+def llm_input(span: SpanRecord) -> str | None:
+    a = span.attributes
+    return text(
+        _first(
+            lambda: genai.llm_input(a),
+            lambda: openinference.llm_input(a),
+            lambda: openllmetry.llm_input(a),
+            lambda: genai.event_input(span.events),
+            lambda: langsmith.llm_input(a),
+            lambda: langfuse.llm_input(a),
+            lambda: text(a.get("input.value")),
+        )
+    )
+
+
+def first_user_message(span: SpanRecord) -> str | None:
+    a = span.attributes
+    return text(
+        _first(
+            lambda: genai.first_user_message(a),
+            lambda: openinference.first_user_message(a),
+            lambda: openllmetry.first_user_message(a),
+            lambda: genai.event_first_user_message(span.events),
+        )
+    )
+
+
+def generic_input(span: SpanRecord) -> str | None:
+    a = span.attributes
+    return text(
+        _first(
+            lambda: a.get("input.value"),
+            lambda: openllmetry.entity_input(a),
+            lambda: langfuse.observation_input(a),
+            lambda: a.get("gen_ai.tool.call.arguments"),
+            lambda: a.get("gen_ai.prompt") if langsmith.SPAN_KIND in a else None,
+        )
+    )
+
+
+def generic_output(span: SpanRecord) -> str | None:
+    a = span.attributes
+    return text(
+        _first(
+            lambda: a.get("output.value"),
+            lambda: openllmetry.entity_output(a),
+            lambda: langfuse.observation_output(a),
+            lambda: a.get("gen_ai.tool.call.result"),
+            lambda: a.get("gen_ai.completion") if langsmith.SPAN_KIND in a else None,
+        )
+    )
+
+
+# --------------------------------------------------------------------------- tree rules (6.3)
+
+
+@dataclass(eq=False)
+class _Node:
+    span: SpanRecord
+    kind: str
+    convention: str
+    parent: _Node | None = None
+    children: list[_Node] = field(default_factory=list)
+    depth: int = 0
+    group: _Node | None = None  # the top span of the collapsed step this span belongs to
+    members: list[_Node] = field(default_factory=list)  # on group tops: the group, top first
+
+
+def _build_tree(spans: list[SpanRecord]) -> tuple[list[_Node], list[_Node]]:
+    """(all nodes in start order, roots). A span whose parent is missing is a root."""
+    unique: dict[str, SpanRecord] = {}
+    for span in spans:
+        unique[span.span_id] = span  # a span sent twice counts once
+    nodes = {}
+    for span in unique.values():
+        kind, convention = classify(span)
+        nodes[span.span_id] = _Node(span, kind, convention)
+    roots = []
+    for node in nodes.values():
+        parent = nodes.get(node.span.parent_span_id or "")
+        if parent is not None and parent is not node:
+            node.parent = parent
+            parent.children.append(node)
+        else:
+            roots.append(node)
+    ordered: list[_Node] = []
+    stack = sorted(roots, key=_start, reverse=True)
+    seen: set[int] = set()
+    while stack:  # iterative: traces can be deep; cycles in bad input are cut by `seen`
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        ordered.append(node)
+        for child in sorted(node.children, key=_start, reverse=True):
+            child.depth = node.depth + 1
+            stack.append(child)
+    for node in nodes.values():  # members of a parent cycle, unreachable from any root
+        if id(node) not in seen:
+            node.parent = None
+            roots.append(node)
+            ordered.append(node)
+    return ordered, roots
+
+
+def _start(node: _Node) -> tuple[int, str]:
+    return (node.span.start_us or 0, node.span.span_id)
+
+
+def _group(ordered: list[_Node]) -> list[_Node]:
+    """Collapse nested same-kind spans: a span joins the step of its nearest non-chain ancestor
+    when that ancestor has the same kind. Returns the group tops in tree order."""
+    tops = []
+    for node in ordered:  # parents come before children in `ordered`
+        ancestor = node.parent
+        while ancestor is not None and ancestor.kind == "chain":
+            ancestor = ancestor.parent
+        if node.kind in COLLAPSING_KINDS and ancestor is not None and ancestor.kind == node.kind:
+            top = ancestor.group or ancestor
+            node.group = top
+            top.members.append(node)
+        else:
+            node.group = node
+            node.members = [node]
+            tops.append(node)
+    return tops
+
+
+def _is_leaf(node: _Node, members: list[_Node]) -> bool:
+    return not any(other.parent is node for other in members)
+
+
+def _step(top: _Node) -> Step:
+    members = top.members
+    kind = top.kind
+    # LLM fields come from the innermost span that has them; retrieval from the outermost.
+    order = sorted(members, key=lambda n: -n.depth) if kind == "llm" else members
+    representative = top
+    step = Step(span_id=top.span.span_id, kind=kind, convention=top.convention)
+    if kind in ("retrieval", "rerank"):
+        for node in order:
+            docs, input_docs = retrieval_documents(node.span, kind)
+            if docs:
+                step.documents, step.input_documents, representative = docs, input_docs, node
+                break
+        step.query = _first(*(lambda n=n: retrieval_query(n.span) for n in order))
+        step.input = step.query
+    elif kind == "llm":
+        for node in order:
+            output = llm_output(node.span)
+            if output:
+                step.output, representative = output, node
+                break
+        step.input = _first(*(lambda n=n: llm_input(n.span) for n in order))
+    else:
+        step.input = generic_input(top.span)
+        step.output = generic_output(top.span)
+    step.model = _first(*(lambda n=n: model(n.span.attributes, kind) for n in order))
+    step.provider = _first(*(lambda n=n: provider(n.span.attributes) for n in order))
+    _set_tokens(step, order, members)
+    rep = representative.span
+    step.span_id, step.name = rep.span_id, rep.name
+    step.parent_span_id = top.span.parent_span_id
+    step.convention = representative.convention if representative.convention != "unknown" else top.convention
+    step.start_us, step.end_us = top.span.start_us, top.span.end_us
+    step.duration_ms = top.span.duration_ms
+    step.status = "ERROR" if any(n.span.status_code == "ERROR" for n in members) else top.span.status_code
+    step.span_ids = [n.span.span_id for n in members]
+    return step
+
+
+def _set_tokens(step: Step, order: list[_Node], members: list[_Node]) -> None:
+    """Sum tokens over the leaf spans of the step only: inner client spans repeat the outer counts.
+    When no leaf reports usage, the innermost span that does is used."""
+    if step.kind not in ("llm", "embedding"):
+        return
+    counted = [tokens(n.span.attributes) for n in members if _is_leaf(n, members)]
+    if not any(_has_tokens(c) for c in counted):
+        counted = [c for c in (tokens(n.span.attributes) for n in order) if _has_tokens(c)][:1]
+    sums: list[int | None] = []
+    for i in range(3):
+        values: list[int] = [c[i] for c in counted if c[i] is not None]  # type: ignore[misc]
+        sums.append(sum(values) if values else None)
+    step.input_tokens, step.output_tokens, step.total_tokens = sums
+
+
+def _has_tokens(counts: tuple[int | None, int | None, int | None]) -> bool:
+    return any(t is not None for t in counts)
+
+
+# --------------------------------------------------------------------------- the trace
+
+
+def _trace_convention(steps: list[Step], nodes: list[_Node]) -> str:
+    votes = Counter(s.convention for s in steps if s.kind in RAG_STEP_KINDS)
+    votes.pop("unknown", None)
+    if not votes:
+        return "unknown"
+    best = max(votes.values())
+    winner = next(c for c in CONVENTION_ORDER if votes.get(c) == best)
+    if winner == genai.NAME and any(k.startswith("rag.") for n in nodes for k in n.span.attributes):
+        return "ragpulse"  # the ragpulse convention is GenAI plus rag.* keys
+    return winner
+
+
+def _any_attr(nodes: list[_Node], key: str) -> Any:
+    for node in nodes:
+        value = node.span.attributes.get(key)
+        if not is_absent(value):
+            return value
+    return None
+
+
+def _question(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
+    a = root.span.attributes
+    root_is_step = root.kind in ("llm", "retrieval", "rerank")
+    llms = [s for s in steps if s.kind == "llm"]
+    first_llm = next((n for n in nodes if n.kind == "llm"), None)
+    return text(
+        _first(
+            lambda: text(_any_attr(nodes, names.RAG_QUESTION)),
+            lambda: None if root_is_step and root.kind == "llm" else openinference.trace_question(a),
+            lambda: (
+                langfuse.trace_question(a)
+                or _first(*(lambda n=n: langfuse.trace_question(n.span.attributes) for n in nodes))
+            ),
+            lambda: openllmetry.trace_question(a),
+            lambda: first_user_message(first_llm.span) if first_llm else None,
+            lambda: next((s.query for s in steps if s.kind == "retrieval" and s.query), None),
+            lambda: question_text(llms[0].input) if llms else None,
+        )
+    )
+
+
+def _answer(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
+    a = root.span.attributes
+    llms = [s for s in steps if s.kind == "llm"]
+    return text(
+        _first(
+            lambda: text(_any_attr(nodes, names.RAG_ANSWER)),
+            lambda: None if root.kind in ("llm", "retrieval", "rerank") else openinference.trace_answer(a),
+            lambda: (
+                langfuse.trace_answer(a)
+                or _first(*(lambda n=n: langfuse.trace_answer(n.span.attributes) for n in nodes))
+            ),
+            lambda: None if root.kind == "llm" else openllmetry.trace_answer(a),
+            lambda: llms[-1].output if llms else None,
+        )
+    )
+
+
+def _sum(values: Iterable[float | int | None]) -> Any:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def map_trace(spans: list[SpanRecord]) -> RagTrace:
+    """Read one trace's spans as a RAG request. Never raises; see the module docstring."""
+    if not spans:
+        return RagTrace(trace_id="")
+    try:
+        return _map(spans)
+    except Exception as exc:  # a mapper bug must not lose the trace: keep the row, say why
+        log.exception("could not map trace %s", spans[0].trace_id)
+        trace = RagTrace(trace_id=spans[0].trace_id, span_count=len(spans))
+        trace.mapping_error = f"{type(exc).__name__}: {exc}"
+        return trace
+
+
+def _map(spans: list[SpanRecord]) -> RagTrace:
+    nodes, roots = _build_tree(spans)
+    root = min((r for r in roots if not r.span.parent_span_id), key=_start, default=None) or min(
+        roots, key=_start
+    )
+    tops = [t for t in _group(nodes) if t.kind != "evaluator"]
+    steps = sorted((_step(t) for t in tops), key=lambda s: (s.start_us or 0, s.span_id))
+    for position, step in enumerate(steps):
+        step.position = position
+    starts = [n.span.start_us for n in nodes if n.span.start_us is not None]
+    ends = [n.span.end_us for n in nodes if n.span.end_us is not None]
+    trace = RagTrace(
+        trace_id=root.span.trace_id,
+        service_name=root.span.service_name
+        or next((n.span.service_name for n in nodes if n.span.service_name), None),
+        root_span_id=root.span.span_id,
+        start_us=min(starts) if starts else None,
+        end_us=max(ends) if ends else None,
+        question=_question(root, nodes, steps),
+        answer=_answer(root, nodes, steps),
+        convention=_trace_convention(steps, nodes),
+        status="error" if any(n.span.status_code == "ERROR" for n in nodes) else "ok",
+        steps=steps,
+        case_id=text(_any_attr(nodes, names.RAG_CASE_ID)),
+        expected_documents=string_list(_any_attr(nodes, names.RAG_EXPECTED_DOCUMENTS)),
+        expected_answer=text(_any_attr(nodes, names.RAG_EXPECTED_ANSWER)),
+        session_id=text(_first(*(lambda k=k: _any_attr(nodes, k) for k in SESSION_KEYS))),
+        retrieval_ms=_sum(s.duration_ms for s in steps if s.kind in ("retrieval", "rerank")),
+        generation_ms=_sum(s.duration_ms for s in steps if s.kind == "llm"),
+        input_tokens=_sum(s.input_tokens for s in steps if s.kind == "llm"),
+        output_tokens=_sum(s.output_tokens for s in steps if s.kind == "llm"),
+        span_count=len(nodes),
+    )
+    if trace.start_us is not None and trace.end_us is not None:
+        trace.duration_ms = (trace.end_us - trace.start_us) / 1000.0
+    return trace

@@ -1,0 +1,131 @@
+"""The records the mappers read and write: spans in, RAG traces out.
+
+`SpanRecord` is the plain input (what the collector decoded; attributes already JSON values).
+`Document`, `Step` and `RagTrace` are the convention's output models, the boundary between the
+mapper and everything downstream (tables, evaluators, the demo).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+StepKind = Literal["retrieval", "rerank", "llm", "embedding", "tool", "chain", "evaluator"]
+STEP_KINDS: tuple[str, ...] = ("retrieval", "rerank", "llm", "embedding", "tool", "chain", "evaluator")
+# Steps that make a trace a RAG request; a trace with none of them has convention 'unknown'.
+RAG_STEP_KINDS = frozenset({"retrieval", "rerank", "llm", "embedding"})
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """A span event: name, time (µs since the epoch) and attributes."""
+
+    name: str
+    time_us: int | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """One received span, as the mapper reads it. Times are microseconds since the epoch."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None = None
+    name: str = ""
+    kind: str = "INTERNAL"
+    start_us: int | None = None
+    end_us: int | None = None
+    status_code: str = "UNSET"
+    status_message: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    service_name: str | None = None
+    scope_name: str | None = None
+    events: list[EventRecord] = field(default_factory=list)
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.start_us is None or self.end_us is None:
+            return None
+        return (self.end_us - self.start_us) / 1000.0
+
+
+class Document(BaseModel):
+    """A retrieved (or reranked) document, in rank order. `id` is never invented."""
+
+    rank: int = Field(ge=1, description="1-based position in the step's result list")
+    id: str | None = None
+    content: str | None = None
+    score: float | None = Field(None, description="higher is better; never a distance")
+    distance: float | None = Field(None, description="lower is closer; kept apart from score")
+    metadata: dict[str, Any] | None = None
+
+
+class Step(BaseModel):
+    """One step of a RAG request: a span, or a chain of nested same-kind spans collapsed into one."""
+
+    span_id: str
+    parent_span_id: str | None = None
+    position: int = 0
+    kind: StepKind = "chain"
+    name: str = ""
+    convention: str = "unknown"
+    model: str | None = None
+    provider: str | None = None
+    input: str | None = None
+    output: str | None = None
+    query: str | None = None
+    documents: list[Document] = Field(default_factory=list)
+    input_documents: list[Document] = Field(default_factory=list, description="rerank input")
+    start_us: int | None = None
+    end_us: int | None = None
+    duration_ms: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    status: str = "UNSET"
+    span_ids: list[str] = Field(default_factory=list, description="every span collapsed into this step")
+
+
+class RagTrace(BaseModel):
+    """One assembled request: question, answer, steps with documents, and what it was read with."""
+
+    trace_id: str
+    service_name: str | None = None
+    root_span_id: str | None = None
+    start_us: int | None = None
+    end_us: int | None = None
+    duration_ms: float | None = None
+    question: str | None = None
+    answer: str | None = None
+    convention: str = "unknown"
+    status: Literal["ok", "error"] = "ok"
+    steps: list[Step] = Field(default_factory=list)
+    case_id: str | None = None
+    expected_documents: list[str] | None = None
+    expected_answer: str | None = None
+    session_id: str | None = None
+    retrieval_ms: float | None = None
+    generation_ms: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    span_count: int = 0
+    mapping_error: str | None = Field(None, description="set when a mapper bug cut the mapping short")
+
+    def steps_of(self, *kinds: str) -> list[Step]:
+        return [s for s in self.steps if s.kind in kinds]
+
+    @property
+    def contexts(self) -> list[Document]:
+        """The documents the answer was generated from: the last rerank's output when there is a
+        rerank step, else every retrieval step's documents in step order."""
+        reranks = [s for s in self.steps if s.kind == "rerank" and s.documents]
+        if reranks:
+            return list(reranks[-1].documents)
+        return [d for s in self.steps if s.kind == "retrieval" for d in s.documents]
+
+    @property
+    def retrieved_ids(self) -> list[str | None]:
+        return [d.id for d in self.contexts]

@@ -1,0 +1,113 @@
+"""Lenient value parsing: attribute values come as JSON in strings, Python reprs, or redacted."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "__REDACTED__"
+
+
+def is_absent(value: Any) -> bool:
+    """None, empty text and OpenInference's `__REDACTED__` all mean 'not recorded'."""
+    return value is None or value == "" or value == REDACTED
+
+
+def text(value: Any) -> str | None:
+    """A value as text: strings as they are, structures as JSON, absent as None."""
+    if is_absent(value):
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return str(value)
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def parse_structured(value: Any) -> Any:
+    """JSON (or Python-repr) text as data; other values unchanged. Double-encoded JSON is unwrapped."""
+    for _ in range(3):
+        if not isinstance(value, str):
+            return value
+        stripped = value.strip()
+        if not stripped or stripped[0] not in '[{"':
+            return value
+        try:
+            value = json.loads(stripped)
+            continue
+        except ValueError:
+            pass
+        try:
+            # Pinecone metadata and OpenInference's examples are Python reprs ({'a': 1}).
+            return ast.literal_eval(stripped) if len(stripped) < 100_000 else value
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return value
+    return value
+
+
+def as_mapping(value: Any) -> dict[str, Any] | None:
+    parsed = parse_structured(value)
+    return parsed if isinstance(parsed, dict) else None
+
+
+def as_list(value: Any) -> list[Any] | None:
+    parsed = parse_structured(value)
+    if isinstance(parsed, list | tuple):
+        return list(parsed)
+    return None
+
+
+def number(value: Any) -> float | None:
+    """A finite float from a number or numeric text (Milvus sends distances as strings)."""
+    if isinstance(value, bool) or is_absent(value):
+        return None
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return None
+    return result if math.isfinite(result) else None
+
+
+def integer(value: Any) -> int | None:
+    result = number(value)
+    if result is None or not result.is_integer() or abs(result) > 2**63:
+        return None
+    return int(result)
+
+
+def string_list(value: Any) -> list[str] | None:
+    """A list of ids from an array, a JSON array text or comma-joined text."""
+    if is_absent(value):
+        return None
+    parsed = parse_structured(value)
+    if isinstance(parsed, list | tuple):
+        items = [text(v) for v in parsed]
+        return [i for i in items if i is not None]
+    if isinstance(parsed, str):
+        return [part.strip() for part in parsed.split(",") if part.strip()]
+    return None
+
+
+def lower(value: Any) -> str | None:
+    result = text(value)
+    return result.strip().lower() if result else None
+
+
+def unflatten(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """Rebuild a flattened list: `prefix.<i>.<suffix>` keys as one dict of suffixes per index, in
+    index order. Suffixes keep their dots (`document.content`): keys are matched, not split."""
+    items: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        if not key.startswith(prefix):
+            continue
+        index, _, suffix = key[len(prefix) :].partition(".")
+        if not index.isdigit() or not suffix:
+            continue
+        items.setdefault(int(index), {})[suffix] = value
+    return [items[i] for i in sorted(items)]
