@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: install dev test lint bench clean
+.PHONY: install dev demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed  ## .venv/bin/ragpulse
 
 dev: $(STAMP)
+
+# The guided first run: collector + example app in three modes (writes ./ragpulse-demo.duckdb).
+demo: $(VENV)/.installed
+	$(BIN)/ragpulse demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

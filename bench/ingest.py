@@ -55,11 +55,18 @@ def peak_rss_mib(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
-def count_spans(http_url: str) -> int:
-    query = {"query": "SELECT count(*) AS n FROM spans"}
+def count_rows(http_url: str, table: str = "spans") -> int:
+    query = {"query": f"SELECT count(*) AS n FROM {table}"}
     response = httpx.post(f"{http_url}/api/sql", json=query, timeout=60)
     response.raise_for_status()
     return int(response.json()[0]["n"])
+
+
+def metric(http_url: str, name: str) -> float:
+    """One sample of a Prometheus metric (summed over labels)."""
+    text = httpx.get(f"{http_url}/metrics", timeout=10).text
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name)]
+    return sum(values)
 
 
 class PersistWatcher(threading.Thread):
@@ -70,11 +77,13 @@ class PersistWatcher(threading.Thread):
         self.url, self.expected = url, expected
         self.first: tuple[float, int] | None = None
         self.last: tuple[float, int] = (0.0, 0)
+        self.max_in_flight = 0.0
 
     def run(self) -> None:
         deadline = time.perf_counter() + 900
         while self.last[1] < self.expected and time.perf_counter() < deadline:
-            sample = (time.perf_counter(), count_spans(self.url))
+            sample = (time.perf_counter(), count_rows(self.url))
+            self.max_in_flight = max(self.max_in_flight, metric(self.url, "ragpulse_traces_in_flight"))
             if sample[1] and self.first is None:
                 self.first = sample
             self.last = sample
@@ -90,7 +99,26 @@ class PersistWatcher(threading.Thread):
         )
 
 
-def start_server(db: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], int, str]:
+def report_assembly(url: str, traces: int, started: float, watcher: PersistWatcher) -> None:
+    """Traces assembled while spans streamed in, and how long until every trace was assembled."""
+    at_persisted = count_rows(url, "traces")
+    deadline = time.perf_counter() + 600
+    done = at_persisted
+    while done < traces and time.perf_counter() < deadline:
+        time.sleep(0.1)
+        done = count_rows(url, "traces")
+    finished = time.perf_counter()
+    print(
+        f"assembly: {at_persisted} traces assembled when the last span was stored; all {done} after "
+        f"{finished - started:.1f} s ({done / (finished - started):.0f} traces/s overall, including the "
+        f"final decision_wait); peak traces in flight {watcher.max_in_flight:.0f}; "
+        f"unknown convention {metric(url, 'ragpulse_traces_unknown_convention_total'):.0f}"
+    )
+
+
+def start_server(
+    db: Path, extra: list[str], env: dict[str, str], log: Path
+) -> tuple[subprocess.Popen[bytes], int, str]:
     grpc_port, http_port = free_port(), free_port()
     cmd = [
         str(ROOT / ".venv/bin/ragpulse"),
@@ -103,7 +131,8 @@ def start_server(db: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], i
         str(http_port),
         *extra,
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with log.open("wb") as out:  # a file, not a pipe: a chatty server must never block on stderr
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=out, env={**os.environ, **env})
     url = f"http://127.0.0.1:{http_port}"
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -113,7 +142,7 @@ def start_server(db: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], i
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit("server did not start: " + (proc.stderr.read().decode() if proc.stderr else ""))
+    raise SystemExit("server did not start: " + log.read_text())
 
 
 def timed_exports(requests: list[Any], concurrency: int, send: Any) -> tuple[list[float], float]:
@@ -193,12 +222,21 @@ def main() -> None:
     parser.add_argument("--protocol", choices=["grpc", "http-protobuf", "http-json"], default="grpc")
     parser.add_argument("--load-tool", type=Path, default=DEFAULT_LOAD_TOOL)
     parser.add_argument("--keep", action="store_true", help="keep the database directory")
+    parser.add_argument("--no-assembly", action="store_true", help="ingest only (assembler.enabled: false)")
+    parser.add_argument("--decision-wait", type=float, default=5.0, help="assembler.decision_wait")
+    parser.add_argument("--max-traces", type=int, default=50_000, help="assembler.max_traces")
     args = parser.parse_args()
 
     tool = load_tool(args.load_tool)
     workdir = Path(tempfile.mkdtemp(prefix="ragpulse-bench-"))
     db = workdir / "bench.duckdb"
-    proc, grpc_port, url = start_server(db, [])
+    env = {
+        "RAGPULSE_ASSEMBLER__ENABLED": "false" if args.no_assembly else "true",
+        "RAGPULSE_ASSEMBLER__DECISION_WAIT": str(args.decision_wait),
+        "RAGPULSE_ASSEMBLER__MAX_TRACES": str(args.max_traces),
+    }
+    proc, grpc_port, url = start_server(db, [], env, workdir / "serve.log")
+    started = time.perf_counter()
     try:
         batches = args.traces // args.batch
         expected = batches * args.batch * 4
@@ -228,8 +266,10 @@ def main() -> None:
             bodies = [encode(tool.build(args.batch, i)) for i in range(batches)]
             _, wall = timed_exports(bodies, args.concurrency, send)
             print(f"sent {expected} spans in {wall:.2f}s = {expected / wall:.0f} spans/s accepted")
-        watcher.join(600)
+        watcher.join(900)
         print(watcher.report())
+        if not args.no_assembly:
+            report_assembly(url, args.traces, started, watcher)
 
         # Latency pass: the same kind of requests from an instrumented client (new trace ids).
         n = max(args.concurrency * 25, min(batches, 250))

@@ -21,13 +21,14 @@ import httpx
 import orjson
 
 from collector.config import Config, ConfigError, load_config
+from collector.datasets import Case, DatasetError, cases_table, read_cases, write_cases
 from collector.replay import ReplayError, replay_to_server, replay_to_store
 from collector.service import Service, running_server_url
 from collector.sql import QueryError, run_query
-from collector.store.duckdb_store import StoreError, StoreLocked, connect
+from collector.store.duckdb_store import Store, StoreError, StoreLocked, connect
 
 F = TypeVar("F", bound=Callable[..., Any])
-USER_ERRORS = (ConfigError, StoreError, QueryError, ReplayError, OSError)
+USER_ERRORS = (ConfigError, StoreError, QueryError, ReplayError, DatasetError, OSError)
 
 
 def _user_errors(func: F) -> F:
@@ -240,12 +241,101 @@ def replay(
         except StoreLocked:
             raise StoreError(f"{config.store.path} is held by another process; pass --server URL") from None
         where = config.store.path
+    assembled = f", {report.traces} trace(s) assembled" if report.traces is not None else ""
     click.echo(
         f"replayed {report.requests} request(s) into {where}: "
-        f"{report.accepted} span(s) stored, {report.rejected} rejected"
+        f"{report.accepted} span(s) stored, {report.rejected} rejected{assembled}"
     )
     for message in report.errors:
         click.echo(f"  rejected: {message}", err=True)
+
+
+@main.group()
+def datasets() -> None:
+    """Golden cases: question -> expected document ids / expected answer."""
+
+
+@datasets.command("load")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@_config_option
+@click.option("--server", help="URL of a running ragpulse (its HTTP port).")
+@click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (store.path).")
+@click.pass_context
+@_user_errors
+def datasets_load(
+    ctx: click.Context, file: Path, config_path: str | None, server: str | None, db: str | None
+) -> None:
+    """Load golden cases from YAML (`cases: [...]`) or JSONL; replaces cases with the same id.
+
+    Traces match a case by `rag.case.id`, else by normalized question, when they are assembled.
+    """
+    config = _load(ctx, config_path)
+    if server and db:
+        raise click.UsageError("give --server or --db, not both")
+    cases = read_cases(file)
+    if db:
+        config.store.path = db
+    url = server or running_server_url(config.store.path)
+    if url:
+        _post_cases(url, cases, str(file))
+        where = url
+    else:
+        try:
+            store = Store(config.store.path, config.store)
+        except StoreLocked:
+            raise StoreError(f"{config.store.path} is held by another process; pass --server URL") from None
+        try:
+            cursor = store.read_cursor()
+            write_cases(cursor, cases_table(cases, str(file)))
+            cursor.close()
+        finally:
+            store.close()
+        where = config.store.path
+    click.echo(f"loaded {len(cases)} case(s) from {file} into {where}")
+
+
+def _post_cases(url: str, cases: list[Case], source: str) -> None:
+    body = {"source": source, "cases": [c.model_dump(by_alias=False) for c in cases]}
+    try:
+        response = httpx.post(f"{url.rstrip('/')}/api/cases", content=orjson.dumps(body), timeout=60)
+    except httpx.HTTPError as exc:
+        raise OSError(f"cannot reach ragpulse at {url}: {exc}") from None
+    if response.status_code != 200:
+        try:
+            message = orjson.loads(response.content).get("error", response.text)
+        except (orjson.JSONDecodeError, AttributeError):
+            message = f"unexpected answer from {url} ({response.status_code})"
+        raise DatasetError(message)
+
+
+@main.command()
+@_config_option
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default="ragpulse-demo.duckdb",
+    show_default=True,
+    help="Demo database file; a previous demo file there is replaced.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the traces to be assembled.",
+)
+@click.pass_context
+@_user_errors
+def demo(ctx: click.Context, config_path: str | None, db: Path, timeout: float) -> None:
+    """The guided first run: collector + example RAG app in three modes, a summary and SQL to try."""
+    # Imported here: the demo pulls in the example app and the OTel SDK exporters.
+    from collector.demo import DemoError, run_demo
+
+    config = _load(ctx, config_path)
+    try:
+        run_demo(config, db, timeout=timeout)
+    except DemoError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ class DatasetError(ValueError):
 
 
 class Case(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, coerce_numbers_to_str=True)
 
     id: str = Field(alias="case_id", min_length=1)
     question: str = Field(min_length=1)
@@ -82,7 +82,7 @@ def parse_cases(items: Any, source: str) -> list[Case]:
             case = Case.model_validate(item)
         except ValidationError as exc:
             problem = exc.errors()[0]
-            where = ".".join(str(p) for p in problem["loc"]) or "case"
+            where = ".".join(str(p) for p in problem["loc"]).replace("case_id", "id") or "case"
             raise DatasetError(f"{source}: case {index + 1}: {where}: {problem['msg']}") from None
         if case.id in seen:
             raise DatasetError(f"{source}: case {index + 1}: duplicate id {case.id!r}")

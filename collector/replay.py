@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from collector.config import Config
 from collector.otlp.json_request import UndecodableBody, parse_json_request
 from collector.pipeline import IngestPipeline
+from collector.processors.assembler import TraceAssembler
 from collector.store.duckdb_store import Store
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
@@ -44,6 +45,7 @@ class ReplayReport:
     requests: int = 0
     accepted: int = 0
     rejected: int = 0
+    traces: int | None = None  # traces assembled (replay into a file); a server assembles on its own
     errors: list[str] = field(default_factory=list)
 
     def note(self, message: str) -> None:
@@ -208,6 +210,13 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
                 report.rejected += outcome.rejected
                 if outcome.message:
                     report.note(f"{captured.where}: {outcome.message}")
+        writer.stop()
+        if config.assembler.enabled:
+            assembler = TraceAssembler(store, config.assembler, metrics)
+            try:
+                report.traces = assembler.assemble_stored()
+            finally:
+                assembler.stop()
     finally:
         writer.stop()
         store.close()

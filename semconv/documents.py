@@ -46,7 +46,7 @@ def document(item: Any, rank: int) -> Document | None:
     """One document from a mapping in any convention's field names; None when it is not one."""
     item = parse_structured(item)
     if isinstance(item, str):
-        return Document(rank=rank, content=item)
+        return Document(rank=rank, id=None, content=item, score=None, distance=None, metadata=None)
     if not isinstance(item, Mapping):
         return None
     item = _flatten_node(item)

@@ -359,44 +359,52 @@ def _step(top: _Node) -> Step:
     # LLM fields come from the innermost span that has them; retrieval from the outermost.
     order = sorted(members, key=lambda n: -n.depth) if kind == "llm" else members
     representative = top
-    step = Step(span_id=top.span.span_id, kind=kind, convention=top.convention)
+    f: dict[str, Any] = {"documents": [], "input_documents": [], "query": None, "input": None, "output": None}
     if kind in ("retrieval", "rerank"):
         for node in order:
             docs, input_docs = retrieval_documents(node.span, kind)
             if docs:
-                step.documents, step.input_documents, representative = docs, input_docs, node
+                f["documents"], f["input_documents"], representative = docs, input_docs, node
                 break
-        step.query = _first(*(lambda n=n: retrieval_query(n.span) for n in order))
-        step.input = step.query
+        f["query"] = f["input"] = _first(*(lambda n=n: retrieval_query(n.span) for n in order))
     elif kind == "llm":
         for node in order:
             output = llm_output(node.span)
             if output:
-                step.output, representative = output, node
+                f["output"], representative = output, node
                 break
-        step.input = _first(*(lambda n=n: llm_input(n.span) for n in order))
+        f["input"] = _first(*(lambda n=n: llm_input(n.span) for n in order))
     else:
-        step.input = generic_input(top.span)
-        step.output = generic_output(top.span)
-    step.model = _first(*(lambda n=n: model(n.span.attributes, kind) for n in order))
-    step.provider = _first(*(lambda n=n: provider(n.span.attributes) for n in order))
-    _set_tokens(step, order, members)
+        f["input"] = generic_input(top.span)
+        f["output"] = generic_output(top.span)
     rep = representative.span
-    step.span_id, step.name = rep.span_id, rep.name
-    step.parent_span_id = top.span.parent_span_id
-    step.convention = representative.convention if representative.convention != "unknown" else top.convention
-    step.start_us, step.end_us = top.span.start_us, top.span.end_us
-    step.duration_ms = top.span.duration_ms
-    step.status = "ERROR" if any(n.span.status_code == "ERROR" for n in members) else top.span.status_code
-    step.span_ids = [n.span.span_id for n in members]
-    return step
+    input_tokens, output_tokens, total_tokens = _tokens(kind, order, members)
+    return Step(
+        span_id=rep.span_id,
+        parent_span_id=top.span.parent_span_id,
+        position=0,
+        kind=kind,
+        name=rep.name,
+        convention=representative.convention if representative.convention != "unknown" else top.convention,
+        model=_first(*(lambda n=n: model(n.span.attributes, kind) for n in order)),
+        provider=_first(*(lambda n=n: provider(n.span.attributes) for n in order)),
+        start_us=top.span.start_us,
+        end_us=top.span.end_us,
+        duration_ms=top.span.duration_ms,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=total_tokens,
+        status="ERROR" if any(n.span.status_code == "ERROR" for n in members) else top.span.status_code,
+        span_ids=[n.span.span_id for n in members],
+        **f,
+    )
 
 
-def _set_tokens(step: Step, order: list[_Node], members: list[_Node]) -> None:
+def _tokens(kind: str, order: list[_Node], members: list[_Node]) -> tuple[int | None, int | None, int | None]:
     """Sum tokens over the leaf spans of the step only: inner client spans repeat the outer counts.
     When no leaf reports usage, the innermost span that does is used."""
-    if step.kind not in ("llm", "embedding"):
-        return
+    if kind not in ("llm", "embedding"):
+        return None, None, None
     counted = [tokens(n.span.attributes) for n in members if _is_leaf(n, members)]
     if not any(_has_tokens(c) for c in counted):
         counted = [c for c in (tokens(n.span.attributes) for n in order) if _has_tokens(c)][:1]
@@ -404,7 +412,7 @@ def _set_tokens(step: Step, order: list[_Node], members: list[_Node]) -> None:
     for i in range(3):
         values: list[int] = [c[i] for c in counted if c[i] is not None]  # type: ignore[misc]
         sums.append(sum(values) if values else None)
-    step.input_tokens, step.output_tokens, step.total_tokens = sums
+    return sums[0], sums[1], sums[2]
 
 
 def _has_tokens(counts: tuple[int | None, int | None, int | None]) -> bool:

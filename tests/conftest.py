@@ -18,6 +18,9 @@ def make_config(tmp_path: Path, **sections: dict[str, Any]) -> Config:
     data: dict[str, Any] = {
         "receivers": {"host": "127.0.0.1", "grpc_port": 0, "http_port": 0},
         "store": {"path": str(tmp_path / "ragpulse.duckdb")},
+        # Map in the assembler thread: a worker process per test service would cost a second of
+        # start-up each. The worker-process path has its own tests.
+        "assembler": {"workers": 0},
     }
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values}

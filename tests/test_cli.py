@@ -249,7 +249,8 @@ def test_replay_each_format_into_db(tmp_path):
         run = pending.result()
         assert run.code == 0, (kind, run)
         assert run.out.strip() == (
-            f"replayed {requests} request(s) into {db}: {len(rows)} span(s) stored, 0 rejected"
+            f"replayed {requests} request(s) into {db}: {len(rows)} span(s) stored, 0 rejected, "
+            f"{len({r['trace_id'] for r in rows})} trace(s) assembled"
         ), kind
         queries[kind] = spawn("sql", SPAN_QUERY, "--db", str(db), "--format", "json", cwd=db.parent)
     for kind, pending in queries.items():
@@ -265,7 +266,9 @@ def test_replay_partial_rejection_and_output_formats(tmp_path):
     db = tmp_path / "p.duckdb"
     run = ragpulse("replay", str(path), "--db", str(db), cwd=tmp_path)
     assert run.code == 0, run
-    assert run.out.strip() == f"replayed 1 request(s) into {db}: 2 span(s) stored, 1 rejected"
+    assert run.out.strip() == (
+        f"replayed 1 request(s) into {db}: 2 span(s) stored, 1 rejected, 1 trace(s) assembled"
+    )
     assert "rejected:" in run.err and "span_id must be 8 bytes" in run.err and "Traceback" not in run.err
     assert stored(db, tmp_path) == expected_rows((TRACE_A, FIRST))
 

@@ -15,10 +15,13 @@ completely) assembled, e.g. after a crash, are assembled from the store (reason 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import orjson
@@ -26,18 +29,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.config import AssemblerConfig
-from collector.datasets import normalize_question
 from collector.otlp.batch import SpanBatch
-from collector.processors.span_records import SPAN_COLUMNS, records_by_trace, span_records
+from collector.processors.mapping_job import CaseIndex, MapJob, MapResult, run_map_job
+from collector.processors.span_records import SPAN_COLUMNS
 from collector.store.duckdb_store import Store
-from collector.store.trace_rows import AssembledTrace, trace_tables
-from collector.store.trace_store import TraceStore, last_received
+from collector.store.trace_store import TraceStore
 from collector.telemetry import Metrics
-from semconv import RagTrace, SpanRecord, map_trace
 
 log = logging.getLogger(__name__)
 
-RECOVERY_CHUNK = 2_000  # traces read back from the store per recovery round
+ROUND_TRACES = 2_000  # traces mapped per round: bounds the Python objects alive at once
 
 
 @dataclass
@@ -50,16 +51,17 @@ class _Pending:
 
 
 @dataclass
+class _Prepared:
+    job: MapJob
+    counts: dict[str, tuple[str, int]]
+    started: float
+
+
+@dataclass
 class _HeldBatch:
     spans: pa.Table
     events: pa.Table
     waiting: int  # traces with spans in this batch that are not assembled yet
-
-
-@dataclass
-class _CaseIndex:
-    by_id: dict[str, tuple[list[str] | None, str | None]] = field(default_factory=dict)
-    by_question: dict[str, str] = field(default_factory=dict)
 
 
 class TraceAssembler:
@@ -83,8 +85,15 @@ class TraceAssembler:
         self._assembled: OrderedDict[str, int] = OrderedDict()  # trace id -> assembly count
         self._assembled_cap = max(100_000, 2 * config.max_traces)
         self._may_have_older = False  # traces assembled before this process, or evicted from memory
-        self._cases = _CaseIndex()
+        self._cases = CaseIndex()
         self._cases_stale = True
+        self._cases_version = 0
+        self._cases_sent = -1  # the version the worker process holds
+        self._pool: ProcessPoolExecutor | None = None
+        self._in_flight: deque[tuple[_Prepared, Future[MapResult]]] = deque()
+        if config.workers:
+            # spawn, not fork: this process runs gRPC and DuckDB threads.
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="ragpulse-assembler", daemon=True)
@@ -112,6 +121,8 @@ class TraceAssembler:
             self._cond.notify()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
         self._store.close()
 
     @property
@@ -131,7 +142,7 @@ class TraceAssembler:
                 if not self._stopping:
                     self._cond.wait(self._config.poll_interval)
                 if self._stopping:
-                    return
+                    break
                 batches = list(self._inbox)
                 self._inbox.clear()
             try:
@@ -139,6 +150,11 @@ class TraceAssembler:
             except Exception:
                 self._metrics.assembly_errors.inc()
                 log.exception("trace assembly round failed; its traces are retried on the next start")
+        try:
+            self._finish_all()
+        except Exception:
+            self._metrics.assembly_errors.inc()
+            log.exception("trace assembly failed at stop; its traces are retried on the next start")
 
     def run_round(self, batches: list[SpanBatch]) -> int:
         """Take in committed batches, then assemble every trace that is ready. Returns how many."""
@@ -149,16 +165,24 @@ class TraceAssembler:
         self._metrics.traces_in_flight.set(len(self._pending) - len(ready))
         if ready:
             self._assemble(ready)
+        else:
+            self._finish_all()  # nothing new to overlap with: write what the worker has mapped
         return len(ready)
+
+    def assemble_stored(self) -> int:
+        """Assemble, from the store, every trace with spans not yet assembled (run on the caller's
+        thread; used at start-up and by `replay --db`). Returns how many traces were assembled."""
+        before = len(self._assembled)
+        self._recover()
+        self._finish_all()
+        return len(self._assembled) - before
 
     def _recover(self) -> None:
         pending = self._store.pending_trace_ids()
         self._may_have_older = self._store.has_traces()
         if pending:
             log.info("assembling %d trace(s) stored but not assembled before the last stop", len(pending))
-        for start in range(0, len(pending), RECOVERY_CHUNK):
-            chunk = pending[start : start + RECOVERY_CHUNK]
-            self._assemble([(trace_id, "recovery", _Pending(0, 0, from_store=True)) for trace_id in chunk])
+        self._assemble([(trace_id, "recovery", _Pending(0, 0, from_store=True)) for trace_id in pending])
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -210,6 +234,26 @@ class TraceAssembler:
     # ------------------------------------------------------------------ assembly
 
     def _assemble(self, ready: list[tuple[str, str, _Pending]]) -> None:
+        """Map and write these traces, a chunk at a time. With a worker process, chunk k+1 is
+        mapped while chunk k is written, and the last chunk's write waits for the next round."""
+        self._finish_done()
+        for start in range(0, len(ready), ROUND_TRACES):
+            prepared = self._prepare(ready[start : start + ROUND_TRACES])
+            if prepared is not None:
+                self._in_flight.append((prepared, self._submit(prepared.job)))
+            while len(self._in_flight) > (1 if self._pool is not None else 0):
+                self._finish(*self._in_flight.popleft())
+
+    def _finish_done(self) -> None:
+        while self._in_flight and self._in_flight[0][1].done():
+            self._finish(*self._in_flight.popleft())
+
+    def _finish_all(self) -> None:
+        while self._in_flight:
+            self._finish(*self._in_flight.popleft())
+
+    def _prepare(self, ready: list[tuple[str, str, _Pending]]) -> _Prepared | None:
+        """Collect the rows of these traces and decide each one's assembly count."""
         started = time.perf_counter()
         if self._may_have_older:
             # A trace not known here may have been assembled before (an earlier run, or evicted
@@ -222,35 +266,63 @@ class TraceAssembler:
                     self._assembled[trace_id] = earlier[trace_id]
         from_store = [t for t, _, p in ready if p.from_store]
         stored_counts = self._store.assembly_counts(from_store) if from_store else {}
-        records, received = self._read_records(ready, from_store)
+        spans, events = self._gather(ready, from_store)
+        for _, _, pending in ready:
+            self._release(pending)
+        if spans is None:
+            return None
         if self._cases_stale:
             self._load_cases()
-        assembled = []
-        for trace_id, reason, pending in ready:
-            self._release(pending)
-            spans = records.get(trace_id)
-            if not spans:
-                continue
-            previous = max(self._assembled.get(trace_id, 0), stored_counts.get(trace_id, 0))
-            trace = map_trace(spans)
-            item = AssembledTrace(trace, reason, previous + 1, received.get(trace_id))
-            item.case_match = self._match_case(trace)
-            assembled.append(item)
-        if not assembled:
-            return
-        replace = [a.trace.trace_id for a in assembled if a.assembly_count > 1]
-        self._store.write(trace_tables(assembled, int(time.time() * 1_000_000)), replace)
-        for item in assembled:
-            self._remember(item.trace.trace_id, item.assembly_count)
-            self._metrics.traces_assembled.labels(item.reason).inc()
-            if item.trace.convention == "unknown":
-                self._metrics.traces_unknown.inc()
-        self._metrics.assembly_seconds.observe(time.perf_counter() - started)
+        counts = {
+            t: (reason, max(self._assembled.get(t, 0), stored_counts.get(t, 0)) + 1) for t, reason, _ in ready
+        }
+        for trace_id, (_, count) in counts.items():
+            # Known as assembled from here on, so a span arriving while the job runs re-assembles.
+            self._remember(trace_id, count)
+        job = MapJob(spans, events, counts, int(time.time() * 1_000_000), self._cases_version)
+        return _Prepared(job, counts, started)
 
-    def _read_records(
+    def _submit(self, job: MapJob) -> Future[MapResult]:
+        if self._pool is not None:
+            if self._cases_sent != self._cases_version:
+                job.cases = self._cases
+                self._cases_sent = self._cases_version
+            try:
+                return self._pool.submit(run_map_job, job)
+            except BrokenProcessPool:
+                self._lose_worker()
+        return self._run_here(job)
+
+    def _run_here(self, job: MapJob) -> Future[MapResult]:
+        job.cases = self._cases
+        future: Future[MapResult] = Future()
+        future.set_result(run_map_job(job))
+        return future
+
+    def _lose_worker(self) -> None:
+        log.error("the mapping worker process died; mapping in the assembler thread from now on")
+        self._pool = None
+
+    def _finish(self, prepared: _Prepared, future: Future[MapResult]) -> None:
+        try:
+            result = future.result()
+        except BrokenProcessPool:
+            self._lose_worker()
+            result = self._run_here(prepared.job).result()
+        counts = prepared.counts
+        replace = [t for t, (_, count) in counts.items() if count > 1]
+        self._store.write(result.tables, replace)
+        for trace_id, convention in result.conventions.items():
+            self._metrics.traces_assembled.labels(counts[trace_id][0]).inc()
+            if convention == "unknown":
+                self._metrics.traces_unknown.inc()
+        self._metrics.assembly_seconds.observe(time.perf_counter() - prepared.started)
+
+    def _gather(
         self, ready: list[tuple[str, str, _Pending]], from_store: list[str]
-    ) -> tuple[dict[str, list[SpanRecord]], dict[str, int]]:
-        """Span records per trace: held batches for new traces, the store for the others."""
+    ) -> tuple[pa.Table | None, pa.Table | None]:
+        """The span and event rows of these traces: held batches for new traces, the store for
+        the others."""
         in_memory: dict[int, list[str]] = {}
         for trace_id, _, pending in ready:
             if not pending.from_store:
@@ -268,10 +340,10 @@ class TraceAssembler:
             span_parts.append(spans.cast(span_parts[0].schema) if span_parts else spans)
             event_parts.append(events)
         if not span_parts:
-            return {}, {}
+            return None, None
         spans = pa.concat_tables(span_parts, promote_options="permissive")
         events = pa.concat_tables(event_parts, promote_options="permissive") if event_parts else None
-        return records_by_trace(span_records(spans, events)), last_received(spans)
+        return spans, events
 
     def _remember(self, trace_id: str, count: int) -> None:
         self._assembled[trace_id] = count
@@ -284,27 +356,11 @@ class TraceAssembler:
 
     def _load_cases(self) -> None:
         self._cases_stale = False
-        index = _CaseIndex()
+        index = CaseIndex()
         for row in self._store.cases().to_pylist():
             expected = orjson.loads(row["expected_documents"]) if row["expected_documents"] else None
             index.by_id[row["case_id"]] = (expected, row["expected_answer"])
             if row["normalized_question"]:
                 index.by_question.setdefault(row["normalized_question"], row["case_id"])
         self._cases = index
-
-    def _match_case(self, trace: RagTrace) -> str | None:
-        """Attach a golden case by `rag.case.id`, else by question; fills missing expectations."""
-        match = None
-        if trace.case_id is not None and trace.case_id in self._cases.by_id:
-            match = "case_id"
-        elif trace.case_id is None and trace.question:
-            case_id = self._cases.by_question.get(normalize_question(trace.question))
-            if case_id is not None:
-                trace.case_id, match = case_id, "question"
-        if match and trace.case_id is not None:
-            expected_documents, expected_answer = self._cases.by_id[trace.case_id]
-            if trace.expected_documents is None:
-                trace.expected_documents = expected_documents
-            if trace.expected_answer is None:
-                trace.expected_answer = expected_answer
-        return match
+        self._cases_version += 1

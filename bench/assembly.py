@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Assembly benchmark: traces mapped and written per second by the trace assembler, without the
+network in the way. Batches decoded from the shared load generator's requests are committed to a
+fresh DuckDB file and handed to the assembler as the span writer would.
+
+    .venv/bin/python bench/assembly.py                   # 20k traces, worker process
+    .venv/bin/python bench/assembly.py --workers 0       # map in the assembler thread
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from collector.config import AssemblerConfig
+from collector.otlp.batch import decode_request
+from collector.processors.assembler import TraceAssembler
+from collector.store.duckdb_store import Store
+from collector.telemetry import Metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LOAD_TOOL = ROOT.parent / "shared" / "tools" / "otlp_load.py"
+
+
+def load_tool(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("otlp_load", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--traces", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=100, help="traces per batch (4 spans each)")
+    parser.add_argument("--workers", type=int, default=1, choices=[0, 1])
+    parser.add_argument("--load-tool", type=Path, default=DEFAULT_LOAD_TOOL)
+    args = parser.parse_args()
+
+    tool = load_tool(args.load_tool)
+    batches = [decode_request(tool.build(args.batch, i)) for i in range(args.traces // args.batch)]
+    with tempfile.TemporaryDirectory() as workdir:
+        store = Store(Path(workdir) / "bench.duckdb")
+        for batch in batches:
+            store.append(batch.spans, batch.events)
+        metrics = Metrics()
+        config = AssemblerConfig(decision_wait=0.01, poll_interval=0.01, workers=args.workers)
+        assembler = TraceAssembler(store, config, metrics)
+        # Warm the worker process up (spawn and imports) before the clock starts.
+        assembler.run_round([])
+        time.sleep(0.05)
+        started = time.perf_counter()
+        for batch in batches:
+            assembler.run_round([batch])
+        time.sleep(0.02)
+        while assembler.in_flight:
+            assembler.run_round([])
+        assembler.run_round([])
+        elapsed = time.perf_counter() - started
+        count = store.read_cursor().execute("SELECT count(*) FROM traces").fetchone()
+        assembler.stop()
+        store.close()
+    n = count[0] if count else 0
+    print(
+        f"assembled {n} traces ({n * 4} spans) in {elapsed:.2f} s: {n / elapsed:.0f} traces/s, "
+        f"{n * 4 / elapsed:.0f} spans/s (workers={args.workers})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+"""`ragpulse demo`: the guided first run (DESIGN section 3).
+
+Starts the collector on a fresh DuckDB file and free loopback ports, loads the example's golden
+cases, drives the example shop assistant (`examples/shop_assistant`) in its three modes and both
+conventions through the real OTel SDK OTLP/gRPC exporter, waits until every trace is assembled,
+and prints what the tables say per mode, plus SQL to try next.
+
+The summary is built from rows (one per mode and convention, from SQL) and a list of metrics,
+shown as metrics down and modes across so it fits a terminal as metrics are added. Enrichers
+(`ENRICHERS`) add metrics: each takes the query function and the rows, adds its values to the
+rows and returns the metrics it filled. Score metrics plug in the same way once the `scores`
+table exists.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+import httpx
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from collector.config import Config
+from collector.service import BackgroundService, running_server_url
+from collector.store.duckdb_store import StoreError, StoreLocked, connect
+
+QueryFn = Callable[[str], list[dict[str, Any]]]
+DEMO_SERVICE = "shop-assistant"
+
+
+class DemoError(RuntimeError):
+    """The demo could not run; the message says why and what to do."""
+
+
+# Each assembled trace with the mode the app put on its root span (`app.mode`).
+_TRACES_WITH_MODE = """
+    roots AS (SELECT DISTINCT trace_id, span_id, attributes->>'app.mode' AS mode FROM spans),
+    t AS (
+        SELECT tr.*, roots.mode
+        FROM traces tr JOIN roots ON roots.trace_id = tr.trace_id AND roots.span_id = tr.root_span_id
+    )"""
+
+SUMMARY_SQL = f"""
+WITH {_TRACES_WITH_MODE},
+    st AS (SELECT trace_id, count(*) AS n FROM steps GROUP BY trace_id),
+    d AS (SELECT trace_id, count(*) AS n FROM documents WHERE stage = 'retrieved' GROUP BY trace_id)
+SELECT t.mode, t.convention, count(*) AS traces,
+       avg(coalesce(st.n, 0)) AS avg_steps,
+       avg(coalesce(d.n, 0)) AS avg_documents,
+       avg(t.input_tokens) AS avg_input_tokens,
+       avg(t.output_tokens) AS avg_output_tokens,
+       avg(t.retrieval_ms) AS avg_retrieval_ms,
+       avg(t.generation_ms) AS avg_generation_ms
+FROM t LEFT JOIN st USING (trace_id) LEFT JOIN d USING (trace_id)
+GROUP BY ALL
+"""
+
+# Expected documents (from the golden cases) that the retrieval step returned.
+EXPECTED_FOUND_SQL = f"""
+WITH {_TRACES_WITH_MODE},
+    expected AS (
+        SELECT trace_id, mode, convention, unnest(CAST(expected_documents AS VARCHAR[])) AS doc_id FROM t
+    ),
+    got AS (SELECT DISTINCT trace_id, doc_id FROM documents WHERE stage = 'retrieved')
+SELECT mode, convention, count(*) AS expected, count(got.doc_id) AS found
+FROM expected LEFT JOIN got USING (trace_id, doc_id)
+GROUP BY ALL
+"""
+
+SAMPLE_SQL = """
+WITH {traces}
+SELECT mode, question, answer FROM t WHERE case_id = '{case_id}' AND convention = 'ragpulse'
+"""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One line of the summary: a key of the summary rows, its label, how to show a value, and how
+    the two conventions' values of a mode combine into one cell:
+    `compare` shows one value when both conventions agree and `ragpulse / openinference` when not
+    (a mapping difference); `mean` and `sum` pool them (latencies differ from run to run anyway)."""
+
+    key: str
+    label: str
+    fmt: Callable[[Any], str] = str
+    combine: Literal["compare", "mean", "sum"] = "compare"
+
+
+def _number(digits: int) -> Callable[[Any], str]:
+    return lambda value: f"{float(value):,.{digits}f}"
+
+
+def _integer(value: Any) -> str:
+    return f"{round(float(value)):,}"
+
+
+SUMMARY_METRICS: list[Metric] = [
+    Metric("traces", "traces", _integer, "sum"),
+    Metric("avg_steps", "steps per trace", _number(1)),
+    Metric("avg_documents", "documents per trace", _number(1)),
+    Metric("avg_input_tokens", "input tokens per trace", _number(0)),
+    Metric("avg_output_tokens", "output tokens per trace", _number(0)),
+    Metric("avg_retrieval_ms", "retrieval ms (avg)", _number(1), "mean"),
+    Metric("avg_generation_ms", "generation ms (avg)", _number(1), "mean"),
+]
+
+# An enricher takes the query function and the summary rows (one per mode and convention), adds
+# its values to the rows under its own keys, and returns the metrics it filled.
+Enricher = Callable[[QueryFn, list[dict[str, Any]]], list[Metric]]
+
+
+def expected_documents_found(query: QueryFn, rows: list[dict[str, Any]]) -> list[Metric]:
+    """Adds `expected_found` ("found/expected" over a mode's traces), from the golden cases."""
+    counts = {(r["mode"], r["convention"]): r for r in query(EXPECTED_FOUND_SQL)}
+    for row in rows:
+        hit = counts.get((row["mode"], row["convention"]))
+        row["expected_found"] = f"{hit['found']}/{hit['expected']}" if hit else None
+    return [Metric("expected_found", "expected documents retrieved")]
+
+
+# Applied in order after the base summary; score metrics are appended here once scores exist.
+ENRICHERS: list[Enricher] = [expected_documents_found]
+
+
+def summarise(query: QueryFn) -> list[dict[str, Any]]:
+    """One row per (mode, convention) from the traces, steps and documents tables."""
+    return query(SUMMARY_SQL)
+
+
+def _cell(metric: Metric, values: list[Any]) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    if metric.combine == "sum":
+        return metric.fmt(sum(present))
+    if metric.combine == "mean":
+        return metric.fmt(sum(present) / len(present))
+    shown = [metric.fmt(v) if v is not None else "-" for v in values]
+    return shown[0] if len(set(shown)) == 1 else " / ".join(shown)
+
+
+def summary_table(
+    rows: Sequence[dict[str, Any]],
+    metrics: Sequence[Metric],
+    modes: Sequence[str],
+    conventions: Sequence[str],
+    title: str,
+) -> Table:
+    """Metrics down, modes across; each cell combines the mode's conventions (see `Metric`)."""
+    by_key = {(r["mode"], r["convention"]): r for r in rows}
+    table = Table(title=title, title_justify="left", caption_justify="left")
+    table.add_column("")
+    for mode in modes:
+        table.add_column(mode, justify="right")
+    disagree = False
+    for metric in metrics:
+        cells = []
+        for mode in modes:
+            values = [by_key.get((mode, c), {}).get(metric.key) for c in conventions]
+            cells.append(_cell(metric, values))
+        disagree = disagree or any(" / " in cell for cell in cells)
+        table.add_row(metric.label, *cells)
+    if len(conventions) > 1:
+        table.caption = (
+            f"a / b: the {' / '.join(conventions)} traces disagree"
+            if disagree
+            else f"The {' and '.join(conventions)} traces agree on every line."
+        )
+    return table
+
+
+SQL_TO_TRY: list[tuple[str, str]] = [
+    (
+        "which index each mode searched (document metadata, both conventions)",
+        "SELECT d.metadata->>'index' AS index, t.convention, count(DISTINCT d.trace_id) AS traces "
+        "FROM documents d JOIN traces t USING (trace_id) GROUP BY ALL ORDER BY ALL",
+    ),
+    (
+        "expected documents the retriever missed",
+        "SELECT t.case_id, e.doc_id AS missing FROM traces t, "
+        "unnest(CAST(t.expected_documents AS VARCHAR[])) AS e(doc_id) "
+        "WHERE e.doc_id NOT IN (SELECT doc_id FROM documents d WHERE d.trace_id = t.trace_id) LIMIT 10",
+    ),
+    (
+        "one question across modes and conventions",
+        "SELECT s.attributes->>'app.mode' AS mode, t.convention, t.answer "
+        "FROM traces t JOIN spans s ON s.span_id = t.root_span_id "
+        "WHERE t.case_id = 'warranty-water-damage' ORDER BY ALL",
+    ),
+    (
+        "steps per kind and convention",
+        "SELECT kind, convention, model, round(avg(duration_ms), 2) AS avg_ms, "
+        "sum(input_tokens) AS tokens_in FROM steps GROUP BY ALL ORDER BY ALL",
+    ),
+]
+
+
+def sql_to_try(db: str) -> list[str]:
+    """Commands a new user can paste next, against the demo file (a comment line before each)."""
+    lines = []
+    for comment, query in SQL_TO_TRY:
+        lines += [f"# {comment}", f'ragpulse sql "{query}" --db {db}']
+    return lines
+
+
+def prepare_database(db: Path) -> None:
+    """Remove the previous demo database so reruns start clean; refuse to remove anything else."""
+    if running_server_url(db):
+        raise DemoError(f"a running ragpulse holds {db}; stop it or pass another --db")
+    if db.exists():
+        try:
+            con = connect(db, read_only=True)
+        except StoreLocked:
+            raise DemoError(f"{db} is in use by another process; pass another --db") from None
+        except StoreError:
+            raise DemoError(f"{db} exists and is not a ragpulse database; pass another --db") from None
+        try:
+            others = con.execute(
+                "SELECT count(*) FROM spans WHERE service_name IS DISTINCT FROM ?", [DEMO_SERVICE]
+            ).fetchone()
+        except duckdb.Error:  # no spans table: not a ragpulse file
+            others = None
+        finally:
+            con.close()
+        if others is None or others[0]:
+            raise DemoError(
+                f"{db} holds data that `ragpulse demo` did not write; it will not delete it. "
+                "Pass another --db"
+            )
+    for path in (db, Path(f"{db}.wal")):
+        path.unlink(missing_ok=True)
+
+
+def demo_config(config: Config, db: Path) -> Config:
+    """`config` with the demo's overrides: the demo file, free loopback ports, quick assembly."""
+    demo = config.model_copy(deep=True)
+    demo.store.path = str(db)
+    demo.receivers.host = "127.0.0.1"
+    demo.receivers.grpc_port = 0
+    demo.receivers.http_port = 0
+    # Every trace ends at once; waiting the production 5 s would only slow the demo down.
+    demo.assembler.decision_wait = 0.3
+    demo.assembler.poll_interval = 0.1
+    # A few dozen traces: mapping them in-process saves spawning the mapping worker.
+    demo.assembler.workers = 0
+    return demo
+
+
+class _Api:
+    """The running service's HTTP API (the same surface `ragpulse sql --server` uses)."""
+
+    def __init__(self, url: str) -> None:
+        self._client = httpx.Client(base_url=url, timeout=30)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        response = self._client.post("/api/sql", json={"query": sql})
+        if response.status_code != 200:
+            try:
+                message = orjson.loads(response.content).get("error", response.text)
+            except (orjson.JSONDecodeError, AttributeError):
+                message = f"HTTP {response.status_code}"
+            raise DemoError(f"query failed: {message}")
+        rows: list[dict[str, Any]] = orjson.loads(response.content)
+        return rows
+
+    def load_cases(self, cases: list[dict[str, Any]], source: str) -> None:
+        response = self._client.post("/api/cases", content=orjson.dumps({"source": source, "cases": cases}))
+        if response.status_code != 200:
+            raise DemoError(f"loading the golden cases failed: {response.text}")
+
+
+def wait_for_traces(query: QueryFn, expected: int, timeout: float) -> int:
+    """Poll until `expected` traces are assembled; DemoError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    count, problem = 0, ""
+    while True:
+        try:
+            count = int(query("SELECT count(*) AS n FROM traces")[0]["n"])
+            problem = ""
+        except DemoError as exc:
+            problem = f" ({exc})"
+        if count >= expected:
+            return count
+        if time.monotonic() >= deadline:
+            raise DemoError(
+                f"only {count} of {expected} traces were assembled after {timeout:g} s{problem}; "
+                'the spans are in the database, see `ragpulse sql "SELECT count(*) FROM spans"`'
+            )
+        time.sleep(0.1)
+
+
+def run_demo(
+    config: Config,
+    db: Path,
+    console: Console | None = None,
+    timeout: float = 30.0,
+    latency: float = 1.0,
+) -> list[dict[str, Any]]:
+    """Run the whole demo and print it; returns the summary rows."""
+    # Imported here: only the demo needs the example app (and it imports `semconv`, not us).
+    from examples.shop_assistant import CASES_FILE, CONVENTIONS, MODES, load_cases, run
+
+    console = console or Console()
+    prepare_database(db)
+    cases = load_cases()
+    sent = 0
+    samples: list[dict[str, Any]] = []
+    with BackgroundService(demo_config(config, db)) as service:
+        console.print(f"[bold]ragpulse demo[/bold]: collector running, database {db}")
+        console.print(f"  OTLP/gRPC 127.0.0.1:{service.grpc_port}, HTTP and API {service.http_url}")
+        api = _Api(service.http_url)
+        try:
+            api.load_cases(
+                [
+                    {
+                        "id": c.id,
+                        "question": c.question,
+                        "expected_documents": list(c.expected_documents),
+                        "expected_answer": c.expected_answer,
+                    }
+                    for c in cases
+                ],
+                source=str(CASES_FILE),
+            )
+            console.print(f"loaded {len(cases)} golden cases from {CASES_FILE.name}")
+            for mode in MODES:
+                for convention in CONVENTIONS:
+                    report = run(
+                        f"127.0.0.1:{service.grpc_port}",
+                        mode=mode,
+                        convention=convention,
+                        cases=cases,
+                        latency=latency,
+                        service_name=DEMO_SERVICE,
+                    )
+                    if not report.ok:
+                        raise DemoError(
+                            f"the collector did not acknowledge the {mode}/{convention} spans "
+                            f"({report.spans_failed} failed, {report.spans_exported} acknowledged)"
+                        )
+                    sent += len(report.answers)
+                    console.print(f"  sent {len(report.answers)} traces: {mode}, {convention} convention")
+            count = wait_for_traces(api.query, sent, timeout)
+            console.print(f"{count} traces assembled into traces / steps / documents")
+            rows = summarise(api.query)
+            metrics = list(SUMMARY_METRICS)
+            for enrich in ENRICHERS:
+                metrics.extend(enrich(api.query, rows))
+            sample_case = cases[0].id.replace("'", "''")
+            samples = api.query(SAMPLE_SQL.format(traces=_TRACES_WITH_MODE, case_id=sample_case))
+        finally:
+            api.close()
+
+    console.print()
+    title = f"Per mode: {len(cases)} questions x {len(CONVENTIONS)} conventions"
+    console.print(summary_table(rows, metrics, MODES, CONVENTIONS, title))
+    by_mode = {s["mode"]: s for s in samples}
+    if by_mode:
+        question = next(iter(by_mode.values()))["question"]
+        sample = Table(title=f"One question, three modes: {question}", title_justify="left")
+        sample.add_column("mode", no_wrap=True)
+        sample.add_column("answer")
+        for mode in MODES:
+            if mode in by_mode:
+                sample.add_row(mode, by_mode[mode]["answer"] or "")
+        console.print()
+        console.print(sample)
+    console.print("\n[bold]SQL to try next[/bold]")
+    for line in sql_to_try(str(db)):
+        style = "dim" if line.startswith("#") else None
+        console.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
+    return rows

@@ -1,0 +1,86 @@
+"""One round of mapping, as a pure function of Arrow tables: span rows in, trace rows out.
+
+It runs in the assembler thread or, with `assembler.workers: 1`, in a worker process: mapping is
+pure Python, and a second process puts it on the second core instead of competing with ingest
+for the GIL. Arrow tables cross the process boundary cheaply (pickled as Arrow IPC buffers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from collector.datasets import normalize_question
+from collector.processors.span_records import records_by_trace, span_records
+from collector.store.trace_rows import AssembledTrace, TraceTables, trace_tables
+from collector.store.trace_store import last_received
+from semconv import RagTrace, map_trace
+
+
+@dataclass
+class CaseIndex:
+    """Golden cases for matching: id -> (expected documents, expected answer); question -> id."""
+
+    by_id: dict[str, tuple[list[str] | None, str | None]] = field(default_factory=dict)
+    by_question: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MapJob:
+    spans: pa.Table
+    events: pa.Table | None
+    traces: dict[str, tuple[str, int]]  # trace id -> (assembly reason, assembly count)
+    now_us: int
+    cases_version: int
+    cases: CaseIndex | None = None  # None: the worker's cached index (same version) still holds
+
+
+@dataclass
+class MapResult:
+    tables: TraceTables
+    conventions: dict[str, str]  # trace id -> convention it was read with
+
+
+_cached_cases: tuple[int, CaseIndex] = (-1, CaseIndex())
+
+
+def run_map_job(job: MapJob) -> MapResult:
+    """Map every trace of the job and build the rows to insert."""
+    global _cached_cases
+    if job.cases is not None:
+        _cached_cases = (job.cases_version, job.cases)
+    cases = _cached_cases[1] if _cached_cases[0] == job.cases_version else CaseIndex()
+    received = last_received(job.spans)
+    assembled = []
+    for trace_id, spans in records_by_trace(span_records(job.spans, job.events)).items():
+        if trace_id not in job.traces:
+            continue
+        reason, count = job.traces[trace_id]
+        trace = map_trace(spans)
+        item = AssembledTrace(trace, reason, count, received.get(trace_id))
+        item.case_match = match_case(trace, cases)
+        assembled.append(item)
+    return MapResult(
+        tables=trace_tables(assembled, job.now_us),
+        conventions={a.trace.trace_id: a.trace.convention for a in assembled},
+    )
+
+
+def match_case(trace: RagTrace, cases: CaseIndex) -> str | None:
+    """Attach a golden case by `rag.case.id`, else by normalized question; fill missing expectations.
+    Returns how it matched (`case_id`, `question`) or None."""
+    match = None
+    if trace.case_id is not None and trace.case_id in cases.by_id:
+        match = "case_id"
+    elif trace.case_id is None and trace.question:
+        case_id = cases.by_question.get(normalize_question(trace.question))
+        if case_id is not None:
+            trace.case_id, match = case_id, "question"
+    if match and trace.case_id is not None:
+        expected_documents, expected_answer = cases.by_id[trace.case_id]
+        if trace.expected_documents is None:
+            trace.expected_documents = expected_documents
+        if trace.expected_answer is None:
+            trace.expected_answer = expected_answer
+    return match

@@ -1,0 +1,164 @@
+"""`ragpulse demo`: the real command end to end, and its guard around the database file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from collector.demo import DemoError, Metric, expected_documents_found, prepare_database, summary_table
+from collector.store.duckdb_store import connect
+from examples.shop_assistant import CONVENTIONS, MODES, load_cases
+from examples.shop_assistant.llm import NOT_FOUND
+from examples.shop_assistant.text import sentences
+
+RAGPULSE = str(Path(sys.executable).with_name("ragpulse"))
+CASES = load_cases()
+
+
+def _demo(tmp_path: Path, db: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RAGPULSE, "demo", "--db", str(db), "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={"PATH": str(Path(sys.executable).parent), "COLUMNS": "120", "HOME": str(tmp_path)},
+    )
+
+
+def _rows(db: Path, query: str) -> list[dict[str, Any]]:
+    con = connect(db, read_only=True)
+    try:
+        cursor = con.execute(query)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        con.close()
+
+
+PER_TRACE = """
+WITH t AS (
+    SELECT tr.trace_id, tr.convention, tr.case_id, tr.answer,
+           CAST(tr.expected_documents AS VARCHAR[]) AS expected,
+           s.attributes->>'app.mode' AS mode
+    FROM traces tr JOIN spans s ON s.trace_id = tr.trace_id AND s.span_id = tr.root_span_id
+)
+SELECT t.*,
+       (SELECT list(kind ORDER BY position) FROM steps st WHERE st.trace_id = t.trace_id) AS kinds,
+       (SELECT list(doc_id ORDER BY rank) FROM documents d
+         WHERE d.trace_id = t.trace_id AND d.stage = 'retrieved') AS doc_ids,
+       (SELECT list(content) FROM documents d WHERE d.trace_id = t.trace_id) AS contents
+FROM t
+"""
+
+
+def test_demo_runs_the_three_modes_end_to_end(tmp_path: Path) -> None:
+    db = tmp_path / "demo.duckdb"
+    done = _demo(tmp_path, db)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for mode in MODES:
+        assert mode in out
+    assert "expected documents retrieved" in out
+    assert "ragpulse sql " in out and f"--db {db}" in out
+    assert "traces agree on every line" in out
+
+    traces = _rows(db, PER_TRACE)
+    assert len(traces) == len(MODES) * len(CONVENTIONS) * len(CASES)
+    by_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+    for trace in traces:
+        by_mode[trace["mode"]].append(trace)
+    for mode, rows in by_mode.items():
+        assert {r["convention"] for r in rows} == set(CONVENTIONS), mode
+        assert sorted(r["case_id"] for r in rows) == sorted([c.id for c in CASES] * len(CONVENTIONS))
+        for row in rows:
+            # Expected documents come from the golden cases the demo loaded (matched by case id).
+            assert row["expected"], row
+            assert [k for k in row["kinds"] if k != "chain"] == ["retrieval", "llm"], row
+            assert len(row["doc_ids"]) == 3 and row["answer"], row
+            found = set(row["expected"]) & set(row["doc_ids"])
+            if mode == "degraded":
+                assert not found, row
+            else:
+                assert found == set(row["expected"]), row
+    # Answers only repeat their documents (or say they found nothing); hallucinated ones add one
+    # sentence none of the documents has.
+    for mode, rows in by_mode.items():
+        for row in rows:
+            claims = [s for s in sentences(row["answer"]) if s != NOT_FOUND]
+            unsupported = [s for s in claims if not any(s in c for c in row["contents"])]
+            assert len(unsupported) == (1 if mode == "hallucinate" else 0), row
+    # The summary agrees with the database: 0 of the expected documents in degraded mode (a cell
+    # shows one convention's count when both agree).
+    expected_total = sum(len(c.expected_documents) for c in CASES)
+    assert f"0/{expected_total}" in out and f"{expected_total}/{expected_total}" in out
+
+
+def test_demo_rerun_replaces_its_previous_database(tmp_path: Path) -> None:
+    db = tmp_path / "again.duckdb"
+    first = _demo(tmp_path, db)
+    assert first.returncode == 0, first.stderr
+    second = _demo(tmp_path, db)
+    assert second.returncode == 0, second.stderr
+    sent = len(MODES) * len(CONVENTIONS) * len(CASES)
+    rows = _rows(db, "SELECT count(*) AS traces, count(DISTINCT trace_id) AS ids FROM traces")
+    assert rows == [{"traces": sent, "ids": sent}]
+    assert _rows(db, "SELECT count(*) AS n FROM spans") == [{"n": 3 * sent}]
+
+
+def test_demo_refuses_to_delete_a_database_it_did_not_write(tmp_path: Path) -> None:
+    db = tmp_path / "production.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE spans (trace_id VARCHAR, service_name VARCHAR)")
+    con.execute("INSERT INTO spans VALUES ('ab', 'checkout')")
+    con.close()
+    done = _demo(tmp_path, db)
+    assert done.returncode != 0
+    assert "did not write" in done.stderr and "Traceback" not in done.stderr
+    assert _rows(db, "SELECT service_name FROM spans") == [{"service_name": "checkout"}]
+
+
+def test_prepare_database_refuses_a_file_that_is_not_duckdb(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.duckdb"
+    notes.write_text("my notes\n")
+    with pytest.raises(DemoError, match="not a ragpulse database"):
+        prepare_database(notes)
+    assert notes.read_text() == "my notes\n"
+
+
+def test_prepare_database_removes_a_previous_demo_file(tmp_path: Path) -> None:
+    db = tmp_path / "old-demo.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE spans (trace_id VARCHAR, service_name VARCHAR)")
+    con.execute("INSERT INTO spans VALUES ('ab', 'shop-assistant')")
+    con.close()
+    prepare_database(db)
+    assert not db.exists()
+    prepare_database(db)  # nothing there: nothing to do
+
+
+def test_summary_cells_compare_conventions_and_enrichers_add_lines() -> None:
+    rows = [
+        {"mode": "healthy", "convention": "ragpulse", "traces": 2, "avg_steps": 3.0, "ms": 4.0},
+        {"mode": "healthy", "convention": "openinference", "traces": 2, "avg_steps": 2.0, "ms": 6.0},
+    ]
+    metrics = [
+        Metric("traces", "traces", combine="sum"),
+        Metric("avg_steps", "steps", lambda v: f"{v:.1f}"),
+        Metric("ms", "ms", lambda v: f"{v:.1f}", "mean"),
+    ]
+
+    def query(sql: str) -> list[dict[str, Any]]:
+        return [{"mode": "healthy", "convention": "ragpulse", "expected": 4, "found": 3}]
+
+    metrics += expected_documents_found(query, rows)
+    assert rows[0]["expected_found"] == "3/4" and rows[1]["expected_found"] is None
+    table = summary_table(rows, metrics, ["healthy"], ["ragpulse", "openinference"], "t")
+    cells = list(table.columns[1].cells)
+    assert cells == ["4", "3.0 / 2.0", "5.0", "3/4 / -"]
+    assert "disagree" in str(table.caption)
