@@ -99,15 +99,24 @@ class PersistWatcher(threading.Thread):
         )
 
 
-def report_assembly(url: str, traces: int, started: float, watcher: PersistWatcher) -> None:
+def report_assembly(
+    url: str, traces: int, started: float, watcher: PersistWatcher, decision_wait: float
+) -> None:
     """Traces assembled while spans streamed in, and how long until every trace was assembled."""
     at_persisted = count_rows(url, "traces")
+    persisted_at = time.perf_counter()
     deadline = time.perf_counter() + 600
     done = at_persisted
     while done < traces and time.perf_counter() < deadline:
         time.sleep(0.1)
         done = count_rows(url, "traces")
     finished = time.perf_counter()
+    rate = done * 4 / max(finished - started - decision_wait, 1e-9)
+    print(
+        f"end to end: {rate:.0f} spans/s stored and assembled (spans / (time to the last trace assembled "
+        f"- decision_wait)); backlog when the last span was stored: {traces - at_persisted} traces, "
+        f"drained in {finished - persisted_at:.1f} s"
+    )
     print(
         f"assembly: {at_persisted} traces assembled when the last span was stored; all {done} after "
         f"{finished - started:.1f} s ({done / (finished - started):.0f} traces/s overall, including the "
@@ -145,11 +154,15 @@ def start_server(
     raise SystemExit("server did not start: " + log.read_text())
 
 
-def timed_exports(requests: list[Any], concurrency: int, send: Any) -> tuple[list[float], float]:
-    """Send every request from `concurrency` threads; returns per-Export seconds and wall time."""
+def timed_exports(
+    requests: list[Any], concurrency: int, send: Any, interval: float = 0.0
+) -> tuple[list[float], float]:
+    """Send every request from `concurrency` threads, request i no earlier than i * `interval` s
+    after the start (0: as fast as possible); returns per-Export seconds and wall time."""
     latencies: list[float] = []
     lock = threading.Lock()
     todo = iter(range(len(requests)))
+    begin = time.perf_counter()
 
     def worker() -> None:
         while True:
@@ -157,6 +170,9 @@ def timed_exports(requests: list[Any], concurrency: int, send: Any) -> tuple[lis
                 i = next(todo, None)
             if i is None:
                 return
+            delay = begin + i * interval - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
             for attempt in range(100):
                 started = time.perf_counter()
                 if send(requests[i]):
@@ -225,6 +241,9 @@ def main() -> None:
     parser.add_argument("--no-assembly", action="store_true", help="ingest only (assembler.enabled: false)")
     parser.add_argument("--decision-wait", type=float, default=5.0, help="assembler.decision_wait")
     parser.add_argument("--max-traces", type=int, default=50_000, help="assembler.max_traces")
+    parser.add_argument(
+        "--rate", type=float, default=0, help="offer this many spans/s (gRPC, paced) instead of a burst"
+    )
     args = parser.parse_args()
 
     tool = load_tool(args.load_tool)
@@ -246,7 +265,15 @@ def main() -> None:
         )
         watcher = PersistWatcher(url, expected)
         watcher.start()
-        if args.protocol == "grpc":
+        if args.rate:
+            requests = [tool.build(args.batch, i) for i in range(batches)]
+            _, wall = timed_exports(
+                requests, args.concurrency, grpc_sender(grpc_port), args.batch * 4 / args.rate
+            )
+            print(
+                f"offered {args.rate:.0f} spans/s: sent {expected} spans in {wall:.2f}s = {expected / wall:.0f}/s"
+            )
+        elif args.protocol == "grpc":
             out = subprocess.run(
                 [
                     sys.executable,
@@ -269,7 +296,7 @@ def main() -> None:
         watcher.join(900)
         print(watcher.report())
         if not args.no_assembly:
-            report_assembly(url, args.traces, started, watcher)
+            report_assembly(url, args.traces, started, watcher, args.decision_wait)
 
         # Latency pass: the same kind of requests from an instrumented client (new trace ids).
         n = max(args.concurrency * 25, min(batches, 250))

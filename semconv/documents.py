@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from semconv.models import Document
@@ -22,12 +22,32 @@ DISTANCE_KEYS = ("distance", "document.distance", "db.query.result.distance", "d
 METADATA_KEYS = ("document.metadata", "metadata", "db.query.result.metadata", "db.search.result.entity")
 
 
-def _first(item: Mapping[str, Any], keys: Iterable[str]) -> Any:
-    for key in keys:
-        value = item.get(key)
-        if not is_absent(value):
-            return value
-    return None
+# Each field name of every convention -> (Document field, precedence: lower wins).
+_FIELD_OF: dict[str, tuple[str, int]] = {
+    key: (name, rank)
+    for name, keys in (
+        ("id", ID_KEYS),
+        ("content", CONTENT_KEYS),
+        ("score", SCORE_KEYS),
+        ("distance", DISTANCE_KEYS),
+        ("metadata", METADATA_KEYS),
+    )
+    for rank, key in enumerate(keys)
+}
+
+
+def _fields(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The best value of each document field present in `item` (one pass over its keys)."""
+    best: dict[str, tuple[int, Any]] = {}
+    for key, value in item.items():
+        slot = _FIELD_OF.get(key)
+        if slot is None or is_absent(value):
+            continue
+        name, rank = slot
+        current = best.get(name)
+        if current is None or rank < current[0]:
+            best[name] = (rank, value)
+    return {name: value for name, (_, value) in best.items()}
 
 
 def _flatten_node(item: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -49,19 +69,20 @@ def document(item: Any, rank: int) -> Document | None:
         return Document(rank=rank, id=None, content=item, score=None, distance=None, metadata=None)
     if not isinstance(item, Mapping):
         return None
-    item = _flatten_node(item)
-    content = _first(item, CONTENT_KEYS)
+    if "node" in item:
+        item = _flatten_node(item)
+    fields = _fields(item)
+    content = fields.get("content")
     if isinstance(content, Mapping):  # {"document": {...}} nests the real fields one level down
         return document(content, rank)
-    metadata = as_mapping(_first(item, METADATA_KEYS))
-    doc_id = text(_first(item, ID_KEYS))
+    metadata = fields.get("metadata")
     return Document(
         rank=rank,
-        id=doc_id,
+        id=text(fields.get("id")),
         content=text(content),
-        score=number(_first(item, SCORE_KEYS)),
-        distance=number(_first(item, DISTANCE_KEYS)),
-        metadata=metadata,
+        score=number(fields.get("score")),
+        distance=number(fields.get("distance")),
+        metadata=as_mapping(metadata) if metadata is not None else None,
     )
 
 
@@ -84,17 +105,25 @@ def documents(items: Any) -> list[Document]:
     return result
 
 
-def fill_ids(docs: list[Document], output_docs: list[Document]) -> list[Document]:
-    """Resolve ids in DESIGN §5 order: own id; the id of the same-rank document in the span's
-    output JSON (LangChain `Document.id`); metadata `id`; metadata `source`. Never invented."""
-    same_list = len(output_docs) == len(docs)
-    for i, doc in enumerate(docs):
-        if doc.id is not None:
+def fill_ids(docs: list[Document], other: list[Document]) -> list[Document]:
+    """Give each document without an id the id of the same-rank document of `other`, when both
+    lists are the same length (the span's output JSON, LangChain `Document.id`; the vector
+    database's result events). DESIGN §5 order: own id, then these, then `fill_metadata_ids`."""
+    if len(other) != len(docs):
+        return docs
+    for doc, twin in zip(docs, other, strict=True):
+        if doc.id is None and twin.id is not None:
+            doc.id = twin.id
+    return docs
+
+
+def fill_metadata_ids(docs: list[Document]) -> list[Document]:
+    """Last resorts for an id: metadata `id`, then metadata `source`. Never an invented one."""
+    for doc in docs:
+        if doc.id is not None or not doc.metadata:
             continue
-        if same_list and output_docs[i].id is not None:
-            doc.id = output_docs[i].id
-        elif doc.metadata and not is_absent(doc.metadata.get("id")):
-            doc.id = text(doc.metadata["id"])
-        elif doc.metadata and not is_absent(doc.metadata.get("source")):
-            doc.id = text(doc.metadata["source"])
+        for key in ("id", "source"):
+            if not is_absent(doc.metadata.get(key)):
+                doc.id = text(doc.metadata[key])
+                break
     return docs

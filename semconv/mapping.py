@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from semconv import names
-from semconv.documents import fill_ids
+from semconv.documents import fill_ids, fill_metadata_ids
 from semconv.mappers import genai, langfuse, langsmith, openinference, openllmetry
 from semconv.mappers.text_fields import question_text
 from semconv.models import RAG_STEP_KINDS, STEP_KINDS, Document, RagTrace, SpanRecord, Step
@@ -125,6 +125,15 @@ def _first(*candidates: Callable[[], Any]) -> Any:
     return None
 
 
+def _first_of(nodes: list[_Node], read: Callable[[_Node], Any]) -> Any:
+    """The first non-empty value `read` gives over `nodes`, in order."""
+    for node in nodes:
+        value = read(node)
+        if not is_absent(value) and value != []:
+            return value
+    return None
+
+
 def _first_key(attrs: dict[str, Any], keys: Iterable[str]) -> Any:
     for key in keys:
         value = attrs.get(key)
@@ -202,8 +211,10 @@ def retrieval_documents(span: SpanRecord, kind: str) -> tuple[list[Document], li
         )
         or []
     )
+    if all(d.id is not None for d in found):
+        return found, input_docs
     output_docs = openinference.output_documents(a) or langsmith.completion_documents(a)
-    return fill_ids(found, output_docs), fill_ids(input_docs, [])
+    return fill_ids(found, output_docs), input_docs
 
 
 def llm_output(span: SpanRecord) -> str | None:
@@ -366,14 +377,24 @@ def _step(top: _Node) -> Step:
             if docs:
                 f["documents"], f["input_documents"], representative = docs, input_docs, node
                 break
-        f["query"] = f["input"] = _first(*(lambda n=n: retrieval_query(n.span) for n in order))
+        if any(d.id is None for d in f["documents"]):
+            # OpenLLMetry: `vector_db_retrieve` holds the LangChain documents, its `chroma.query`
+            # child the database's ids in result events, same order.
+            for node in order:
+                event_docs = openllmetry.event_documents(node.span.events)
+                if node is not representative and event_docs:
+                    fill_ids(f["documents"], event_docs)
+                    break
+        fill_metadata_ids(f["documents"])
+        fill_metadata_ids(f["input_documents"])
+        f["query"] = f["input"] = _first_of(order, lambda n: retrieval_query(n.span))
     elif kind == "llm":
         for node in order:
             output = llm_output(node.span)
             if output:
                 f["output"], representative = output, node
                 break
-        f["input"] = _first(*(lambda n=n: llm_input(n.span) for n in order))
+        f["input"] = _first_of(order, lambda n: llm_input(n.span))
     else:
         f["input"] = generic_input(top.span)
         f["output"] = generic_output(top.span)
@@ -386,8 +407,8 @@ def _step(top: _Node) -> Step:
         kind=kind,
         name=rep.name,
         convention=representative.convention if representative.convention != "unknown" else top.convention,
-        model=_first(*(lambda n=n: model(n.span.attributes, kind) for n in order)),
-        provider=_first(*(lambda n=n: provider(n.span.attributes) for n in order)),
+        model=_first_of(order, lambda n: model(n.span.attributes, kind)),
+        provider=_first_of(order, lambda n: provider(n.span.attributes)),
         start_us=top.span.start_us,
         end_us=top.span.end_us,
         duration_ms=top.span.duration_ms,
@@ -455,7 +476,9 @@ def _question(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
                 langfuse.trace_question(a)
                 or _first(*(lambda n=n: langfuse.trace_question(n.span.attributes) for n in nodes))
             ),
+            lambda: None if root_is_step else langfuse.root_question(a),
             lambda: openllmetry.trace_question(a),
+            lambda: None if root_is_step else langsmith.trace_question(a),
             lambda: first_user_message(first_llm.span) if first_llm else None,
             lambda: next((s.query for s in steps if s.kind == "retrieval" and s.query), None),
             lambda: question_text(llms[0].input) if llms else None,
@@ -474,7 +497,9 @@ def _answer(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
                 langfuse.trace_answer(a)
                 or _first(*(lambda n=n: langfuse.trace_answer(n.span.attributes) for n in nodes))
             ),
+            lambda: None if root.kind in ("llm", "retrieval", "rerank") else langfuse.root_answer(a),
             lambda: None if root.kind == "llm" else openllmetry.trace_answer(a),
+            lambda: None if root.kind in ("llm", "retrieval", "rerank") else langsmith.trace_answer(a),
             lambda: llms[-1].output if llms else None,
         )
     )
@@ -503,7 +528,7 @@ def _map(spans: list[SpanRecord]) -> RagTrace:
     root = min((r for r in roots if not r.span.parent_span_id), key=_start, default=None) or min(
         roots, key=_start
     )
-    tops = [t for t in _group(nodes) if t.kind != "evaluator"]
+    tops = _group(nodes)
     steps = sorted((_step(t) for t in tops), key=lambda s: (s.start_us or 0, s.span_id))
     for position, step in enumerate(steps):
         step.position = position

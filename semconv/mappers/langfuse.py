@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from semconv.documents import documents
-from semconv.mappers.text_fields import answer_text, question_text
+from semconv.mappers.text_fields import answer_text, messages_text, question_text
 from semconv.models import Document
 from semconv.values import as_mapping, integer, lower, text
 
@@ -48,12 +48,27 @@ def llm_output(attrs: dict[str, Any]) -> str | None:
 
 
 def llm_input(attrs: dict[str, Any]) -> str | None:
-    return text(observation_input(attrs))
+    value = observation_input(attrs)
+    return messages_text(value) or text(value)
+
+
+# Langfuse's own names first, then the OpenAI names its `langfuse.openai` wrapper records.
+USAGE_KEYS = {
+    "input": ("input", "prompt_tokens", "input_tokens"),
+    "output": ("output", "completion_tokens", "output_tokens"),
+    "total": ("total", "total_tokens"),
+}
 
 
 def usage(attrs: dict[str, Any], which: str) -> int | None:
     details = as_mapping(attrs.get("langfuse.observation.usage_details"))
-    return integer(details.get(which)) if details else None
+    if not details:
+        return None
+    for key in USAGE_KEYS[which]:
+        found = integer(details.get(key))
+        if found is not None:
+            return found
+    return None
 
 
 def trace_question(attrs: dict[str, Any]) -> str | None:
@@ -62,3 +77,12 @@ def trace_question(attrs: dict[str, Any]) -> str | None:
 
 def trace_answer(attrs: dict[str, Any]) -> str | None:
     return answer_text(attrs.get("langfuse.trace.output"))
+
+
+def root_question(attrs: dict[str, Any]) -> str | None:
+    """Langfuse SDKs since v4 set no trace-level input; the root observation's input is it."""
+    return question_text(observation_input(attrs)) if OBSERVATION_TYPE in attrs else None
+
+
+def root_answer(attrs: dict[str, Any]) -> str | None:
+    return answer_text(observation_output(attrs)) if OBSERVATION_TYPE in attrs else None

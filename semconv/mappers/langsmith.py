@@ -39,3 +39,12 @@ def llm_input(attrs: dict[str, Any]) -> str | None:
     if isinstance(prompt, dict) and "messages" in prompt:
         return messages_text(prompt["messages"])
     return None
+
+
+def trace_question(attrs: dict[str, Any]) -> str | None:
+    """The run inputs of a LangSmith root run (only when the span is one)."""
+    return question_text(attrs.get("gen_ai.prompt")) if SPAN_KIND in attrs else None
+
+
+def trace_answer(attrs: dict[str, Any]) -> str | None:
+    return answer_text(attrs.get("gen_ai.completion")) if SPAN_KIND in attrs else None

@@ -18,7 +18,10 @@ QUESTION_KEYS = (
     "q",
 )
 ANSWER_KEYS = ("answer", "output", "result", "response", "text", "content", "output_text", "completion")
-WRAPPER_KEYS = ("inputs", "outputs", "kwargs", "data", "return_values")
+# Payload wrappers (LangChain `{"inputs": ...}` / `{"outputs": ...}`); `kwargs` holds call options
+# such as the run name, never the question or the answer.
+WRAPPER_KEYS = ("inputs", "outputs", "data", "return_values")
+IGNORED_KEYS = frozenset({"kwargs", "tags", "metadata", "name", "run_id", "config"})
 
 
 def message_text(message: Any) -> str | None:
@@ -98,12 +101,13 @@ def question_text(value: Any, depth: int = 0) -> str | None:
         if isinstance(args, list) and args:
             return question_text(args[0], depth + 1)
         for key in WRAPPER_KEYS:
-            if isinstance(value.get(key), Mapping):
+            if key in value and not is_absent(value[key]):
                 found = question_text(value[key], depth + 1)
                 if found:
                     return found
-        if len(value) == 1:
-            return question_text(next(iter(value.values())), depth + 1)
+        payload = [v for k, v in value.items() if k not in IGNORED_KEYS]
+        if len(payload) == 1:
+            return question_text(payload[0], depth + 1)
     return None
 
 
@@ -136,12 +140,13 @@ def answer_text(value: Any, depth: int = 0) -> str | None:
         if "message" in value:
             return answer_text(value["message"], depth + 1)
         for key in WRAPPER_KEYS:
-            if isinstance(value.get(key), Mapping):
+            if key in value and not is_absent(value[key]):
                 found = answer_text(value[key], depth + 1)
                 if found:
                     return found
-        if len(value) == 1:
-            return answer_text(next(iter(value.values())), depth + 1)
+        payload = [v for k, v in value.items() if k not in IGNORED_KEYS]
+        if len(payload) == 1:
+            return answer_text(payload[0], depth + 1)
     return None
 
 

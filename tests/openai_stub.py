@@ -1,0 +1,292 @@
+"""A local OpenAI-protocol HTTP server for tests: scripted chat replies, deterministic embeddings.
+
+    with OpenAIStub() as stub:
+        stub.reply("Refunds within 30 days.", prompt_tokens=812, completion_tokens=64)
+        client = openai.OpenAI(base_url=stub.base_url, api_key="test")
+        client.chat.completions.create(model="gpt-4o-mini", messages=[...])
+        assert stub.requests[0].json["model"] == "gpt-4o-mini"
+
+Replies come from a FIFO queue (`reply()`), else from `responder(request)` when one is set; with
+neither, the server answers 500 so that a test that forgot to script a reply fails loudly instead of
+receiving an invented answer. Every request is recorded (`requests`), replies included.
+
+It speaks `POST /v1/chat/completions` (plain JSON, and server-sent events when `"stream": true`,
+with a final usage chunk when `stream_options.include_usage` is set) and `POST /v1/embeddings`.
+It uses only the standard library so that it starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class ChatReply:
+    """One scripted chat.completions answer (or an error when `status` is not 200)."""
+
+    content: str | None = ""
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+    # None: echo the requested model; the real API answers with a dated snapshot name, set it to mimic that.
+    model: str | None = None
+    finish_reason: str = "stop"
+    tool_calls: list[dict[str, Any]] | None = None
+    status: int = 200
+    error_message: str = "scripted error"
+    response_id: str | None = None
+    # A raw JSON body to send as is (overrides everything above but `status`).
+    raw: dict[str, Any] | None = None
+
+
+@dataclass
+class RecordedRequest:
+    """A request the stub received, and what it answered."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    json: Any
+    reply: ChatReply | None = None
+    received_at: float = field(default_factory=time.time)
+
+
+Responder = Callable[[RecordedRequest], "ChatReply | str"]
+
+
+def fake_embedding(text: str, dimensions: int = 8) -> list[float]:
+    """A deterministic unit-ish vector for `text` (same text, same vector)."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return [round((digest[i % len(digest)] - 127.5) / 127.5, 6) for i in range(dimensions)]
+
+
+class OpenAIStub:
+    """The server; a context manager that starts it on a free loopback port and stops it."""
+
+    def __init__(self, responder: Responder | None = None, embedding_dimensions: int = 8) -> None:
+        self.responder = responder
+        self.embedding_dimensions = embedding_dimensions
+        self.requests: list[RecordedRequest] = []
+        self._queue: deque[ChatReply] = deque()
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- scripting -------------------------------------------------------------------------------------
+
+    def reply(self, content: str | ChatReply | None = "", **fields: Any) -> ChatReply:
+        """Queue the next chat reply: a text (with ChatReply fields as keywords) or a ChatReply."""
+        item = content if isinstance(content, ChatReply) else ChatReply(content=content, **fields)
+        with self._lock:
+            self._queue.append(item)
+        return item
+
+    @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not consumed yet."""
+        with self._lock:
+            return len(self._queue)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> OpenAIStub:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # keep test output quiet
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = None
+                request = RecordedRequest(
+                    "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                )
+                with stub._lock:
+                    stub.requests.append(request)
+                path = self.path.split("?", 1)[0]
+                if path.endswith("/chat/completions"):
+                    stub._chat(self, request)
+                elif path.endswith("/embeddings"):
+                    stub._embeddings(self, request)
+                else:
+                    stub._send_json(
+                        self, 404, {"error": {"message": f"no route {path}", "type": "not_found"}}
+                    )
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="openai-stub", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> OpenAIStub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "stub not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The `base_url` for an OpenAI client (includes `/v1`)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- handlers --------------------------------------------------------------------------------------
+
+    def _next_reply(self, request: RecordedRequest) -> ChatReply | None:
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+        if self.responder is not None:
+            answer = self.responder(request)
+            return answer if isinstance(answer, ChatReply) else ChatReply(content=answer)
+        return None
+
+    def _chat(self, handler: BaseHTTPRequestHandler, request: RecordedRequest) -> None:
+        reply = self._next_reply(request)
+        request.reply = reply
+        if reply is None:
+            self._send_json(
+                handler, 500, {"error": {"message": "OpenAIStub: no scripted reply", "type": "stub"}}
+            )
+            return
+        if reply.status != 200:
+            self._send_json(
+                handler, reply.status, {"error": {"message": reply.error_message, "type": "stub"}}
+            )
+            return
+        body = request.json if isinstance(request.json, dict) else {}
+        model = reply.model or str(body.get("model") or "stub-model")
+        with self._lock:
+            self._counter += 1
+            response_id = reply.response_id or f"chatcmpl-stub{self._counter}"
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._stream(handler, reply, model, response_id, include_usage)
+            return
+        if reply.raw is not None:
+            self._send_json(handler, 200, reply.raw)
+            return
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
+        self._send_json(
+            handler,
+            200,
+            {
+                "id": response_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}
+                ],
+                "usage": self._usage(reply),
+                "system_fingerprint": "fp_stub",
+            },
+        )
+
+    @staticmethod
+    def _usage(reply: ChatReply) -> dict[str, int]:
+        return {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        }
+
+    def _stream(
+        self,
+        handler: BaseHTTPRequestHandler,
+        reply: ChatReply,
+        model: str,
+        response_id: str,
+        include_usage: bool,
+    ) -> None:
+        def chunk(delta: dict[str, Any], finish: str | None, usage: dict[str, int] | None = None) -> bytes:
+            data: dict[str, Any] = {
+                "id": response_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            if usage is not None:
+                data["usage"] = usage
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        content = reply.content or ""
+        # Three pieces, so that a consumer really has to join deltas.
+        step = max(1, len(content) // 3)
+        pieces = [content[i : i + step] for i in range(0, len(content), step)] or [""]
+        parts = [chunk({"role": "assistant", "content": ""}, None)]
+        parts += [chunk({"content": piece}, None) for piece in pieces]
+        parts.append(chunk({}, reply.finish_reason))
+        if include_usage:
+            parts.append(chunk({}, None, self._usage(reply)))
+        parts.append(b"data: [DONE]\n\n")
+        payload = b"".join(parts)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+    def _embeddings(self, handler: BaseHTTPRequestHandler, request: RecordedRequest) -> None:
+        body = request.json if isinstance(request.json, dict) else {}
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        # Token-id inputs (lists of ints) are embedded by their repr; the vector only has to be stable.
+        texts = [t if isinstance(t, str) else json.dumps(t) for t in texts]
+        dims = int(body.get("dimensions") or self.embedding_dimensions)
+        tokens = sum(max(1, len(t.split())) for t in texts)
+        self._send_json(
+            handler,
+            200,
+            {
+                "object": "list",
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": fake_embedding(t, dims)}
+                    for i, t in enumerate(texts)
+                ],
+                "model": str(body.get("model") or "stub-embedding"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+        )
+
+    @staticmethod
+    def _send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
