@@ -271,7 +271,8 @@ def main() -> None:
                 requests, args.concurrency, grpc_sender(grpc_port), args.batch * 4 / args.rate
             )
             print(
-                f"offered {args.rate:.0f} spans/s: sent {expected} spans in {wall:.2f}s = {expected / wall:.0f}/s"
+                f"offered {args.rate:.0f} spans/s: sent {expected} spans in {wall:.2f}s "
+                f"= {expected / wall:.0f}/s"
             )
         elif args.protocol == "grpc":
             out = subprocess.run(
