@@ -10,28 +10,17 @@ fresh DuckDB file and handed to the assembler as the span writer would.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+
+from load_generator import DEFAULT_LOAD_TOOL, load_tool
 
 from collector.config import AssemblerConfig
 from collector.otlp.batch import decode_request
 from collector.processors.assembler import TraceAssembler
 from collector.store.duckdb_store import Store
 from collector.telemetry import Metrics
-
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_LOAD_TOOL = ROOT.parent / "shared" / "tools" / "otlp_load.py"
-
-
-def load_tool(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("otlp_load", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:

@@ -13,7 +13,6 @@ latency (p50/p99). Peak RSS is the server's VmHWM from /proc.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import socket
@@ -29,24 +28,14 @@ from typing import Any
 import grpc
 import httpx
 from google.protobuf import json_format
+from load_generator import DEFAULT_LOAD_TOOL, ROOT, load_tool
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_LOAD_TOOL = ROOT.parent / "shared" / "tools" / "otlp_load.py"
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def load_tool(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("otlp_load", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def peak_rss_mib(pid: int) -> float:

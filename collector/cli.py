@@ -7,12 +7,13 @@ stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import functools
 import io
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -212,6 +213,28 @@ def _print_records(records: list[dict[str, Any]], output_format: str) -> None:
     console.print(f"{len(records)} row(s)", style="dim")
 
 
+def _target(
+    ctx: click.Context, config_path: str | None, server: str | None, db: str | None
+) -> tuple[Config, str | None]:
+    """The config (with `--db` applied) and the URL of the server to go through, if any: `--server`,
+    or the running server that holds the database file."""
+    config = _load(ctx, config_path)
+    if server and db:
+        raise click.UsageError("give --server or --db, not both")
+    if db:
+        config.store.path = db
+    return config, server or running_server_url(config.store.path)
+
+
+@contextlib.contextmanager
+def _writable(config: Config) -> Iterator[None]:
+    """Opening the database for writing: a file held by another process is a one-line error."""
+    try:
+        yield
+    except StoreLocked:
+        raise StoreError(f"{config.store.path} is held by another process; pass --server URL") from None
+
+
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @_config_option
@@ -223,23 +246,16 @@ def replay(
     ctx: click.Context, files: tuple[Path, ...], config_path: str | None, server: str | None, db: str | None
 ) -> None:
     """Load captured OTLP traffic (.json, .jsonl, protobuf; optionally .gz)."""
-    config = _load(ctx, config_path)
-    if server and db:
-        raise click.UsageError("give --server or --db, not both")
     for path in files:
         if not path.is_file():
             raise ReplayError(f"no such file: {path}")
-    if db:
-        config.store.path = db
-    url = server or running_server_url(config.store.path)
+    config, url = _target(ctx, config_path, server, db)
     if url:
         report = replay_to_server(list(files), url)
         where = url
     else:
-        try:
+        with _writable(config):
             report = replay_to_store(list(files), config)
-        except StoreLocked:
-            raise StoreError(f"{config.store.path} is held by another process; pass --server URL") from None
         where = config.store.path
     assembled = f", {report.traces} trace(s) assembled" if report.traces is not None else ""
     click.echo(
@@ -269,21 +285,14 @@ def datasets_load(
 
     Traces match a case by `rag.case.id`, else by normalized question, when they are assembled.
     """
-    config = _load(ctx, config_path)
-    if server and db:
-        raise click.UsageError("give --server or --db, not both")
     cases = read_cases(file)
-    if db:
-        config.store.path = db
-    url = server or running_server_url(config.store.path)
+    config, url = _target(ctx, config_path, server, db)
     if url:
         _post_cases(url, cases, str(file))
         where = url
     else:
-        try:
+        with _writable(config):
             store = Store(config.store.path, config.store)
-        except StoreLocked:
-            raise StoreError(f"{config.store.path} is held by another process; pass --server URL") from None
         try:
             cursor = store.read_cursor()
             write_cases(cursor, cases_table(cases, str(file)))

@@ -17,6 +17,8 @@ import pyarrow as pa
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from collector.store.duckdb_store import transaction
+
 _NOT_WORD = re.compile(r"[^\w\s]+")
 _SPACE = re.compile(r"\s+")
 
@@ -112,13 +114,8 @@ def cases_table(cases: list[Case], source: str) -> pa.Table:
 
 def write_cases(con: Any, table: pa.Table) -> None:
     """Insert or replace cases by id, in one transaction."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.register("_cases", table)
         con.execute("DELETE FROM cases WHERE case_id IN (SELECT case_id FROM _cases)")
         con.execute("INSERT INTO cases BY NAME SELECT * FROM _cases")
         con.unregister("_cases")
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise

@@ -7,7 +7,9 @@ backend can later implement the same few methods.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,18 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
     return found
 
 
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """BEGIN ... COMMIT, rolled back when the block raises."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
 class Store:
     """A ragpulse database file opened for writing: one writer connection, cursors for readers."""
 
@@ -111,22 +125,15 @@ class Store:
 
     def append(self, spans: pa.Table, events: pa.Table) -> None:
         """Insert one group of spans and events in a single committed transaction."""
-        with self._write_lock:
-            con = self._con
-            con.execute("BEGIN TRANSACTION")
-            try:
-                if spans.num_rows:
-                    con.register("_ingest_spans", spans)
-                    con.execute("INSERT INTO spans BY NAME SELECT * FROM _ingest_spans")
-                    con.unregister("_ingest_spans")
-                if events.num_rows:
-                    con.register("_ingest_events", events)
-                    con.execute("INSERT INTO span_events BY NAME SELECT * FROM _ingest_events")
-                    con.unregister("_ingest_events")
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
+        with self._write_lock, transaction(self._con) as con:
+            if spans.num_rows:
+                con.register("_ingest_spans", spans)
+                con.execute("INSERT INTO spans BY NAME SELECT * FROM _ingest_spans")
+                con.unregister("_ingest_spans")
+            if events.num_rows:
+                con.register("_ingest_events", events)
+                con.execute("INSERT INTO span_events BY NAME SELECT * FROM _ingest_events")
+                con.unregister("_ingest_events")
 
     def read_cursor(self) -> duckdb.DuckDBPyConnection:
         """A new cursor on the same database, for one reader thread (SQL API)."""

@@ -106,83 +106,77 @@ def _json(value: Any) -> str | None:
 
 def trace_tables(assembled: Sequence[AssembledTrace], now_us: int) -> TraceTables:
     """Column-wise tables of many assembled traces (one Arrow insert per table)."""
-    traces: dict[str, list[Any]] = {name: [] for name in TRACES_SCHEMA.names}
-    steps: dict[str, list[Any]] = {name: [] for name in STEPS_SCHEMA.names}
-    docs: dict[str, list[Any]] = {name: [] for name in DOCUMENTS_SCHEMA.names}
-    for item in assembled:
-        t = item.trace
-        row: dict[str, Any] = {
-            "trace_id": t.trace_id,
-            "service_name": t.service_name,
-            "root_span_id": t.root_span_id,
-            "start_time": t.start_us,
-            "end_time": t.end_us,
-            "duration_ms": t.duration_ms,
-            "question": t.question,
-            "answer": t.answer,
-            "convention": t.convention,
-            "status": t.status,
-            "retrieval_ms": t.retrieval_ms,
-            "generation_ms": t.generation_ms,
-            "input_tokens": t.input_tokens,
-            "output_tokens": t.output_tokens,
-            "span_count": t.span_count,
-            "step_count": len(t.steps),
-            "case_id": t.case_id,
-            "case_match": item.case_match,
-            "expected_documents": _json(t.expected_documents),
-            "expected_answer": t.expected_answer,
-            "session_id": t.session_id,
-            "mapping_error": t.mapping_error,
-            "assembled_at": now_us,
-            "assembly_reason": item.reason,
-            "assembly_count": item.assembly_count,
-            "last_received_at": item.last_received_us,
-        }
-        for name, value in row.items():
-            traces[name].append(value)
-        for step in t.steps:
-            step_row: dict[str, Any] = {
-                "trace_id": t.trace_id,
-                "span_id": step.span_id,
-                "parent_span_id": step.parent_span_id,
-                "position": step.position,
-                "kind": step.kind,
-                "name": step.name,
-                "convention": step.convention,
-                "model": step.model,
-                "provider": step.provider,
-                "query": step.query,
-                "input": step.input,
-                "output": step.output,
-                "start_time": step.start_us,
-                "end_time": step.end_us,
-                "duration_ms": step.duration_ms,
-                "input_tokens": step.input_tokens,
-                "output_tokens": step.output_tokens,
-                "total_tokens": step.total_tokens,
-                "status": step.status,
-                "span_ids": step.span_ids,
-            }
-            for name, value in step_row.items():
-                steps[name].append(value)
-            for stage, documents in (("retrieved", step.documents), ("rerank_input", step.input_documents)):
-                for doc in documents:
-                    doc_row: dict[str, Any] = {
-                        "trace_id": t.trace_id,
-                        "span_id": step.span_id,
-                        "stage": stage,
-                        "rank": doc.rank,
-                        "doc_id": doc.id,
-                        "content": doc.content,
-                        "score": doc.score,
-                        "distance": doc.distance,
-                        "metadata": _json(doc.metadata),
-                    }
-                    for name, value in doc_row.items():
-                        docs[name].append(value)
+    traces = [a.trace for a in assembled]
+    steps = [(t.trace_id, step) for t in traces for step in t.steps]
+    docs = [
+        (trace_id, step.span_id, stage, doc)
+        for trace_id, step in steps
+        for stage, documents in (("retrieved", step.documents), ("rerank_input", step.input_documents))
+        for doc in documents
+    ]
+    trace_columns: dict[str, list[Any]] = {
+        "trace_id": [t.trace_id for t in traces],
+        "service_name": [t.service_name for t in traces],
+        "root_span_id": [t.root_span_id for t in traces],
+        "start_time": [t.start_us for t in traces],
+        "end_time": [t.end_us for t in traces],
+        "duration_ms": [t.duration_ms for t in traces],
+        "question": [t.question for t in traces],
+        "answer": [t.answer for t in traces],
+        "convention": [t.convention for t in traces],
+        "status": [t.status for t in traces],
+        "retrieval_ms": [t.retrieval_ms for t in traces],
+        "generation_ms": [t.generation_ms for t in traces],
+        "input_tokens": [t.input_tokens for t in traces],
+        "output_tokens": [t.output_tokens for t in traces],
+        "span_count": [t.span_count for t in traces],
+        "step_count": [len(t.steps) for t in traces],
+        "case_id": [t.case_id for t in traces],
+        "case_match": [a.case_match for a in assembled],
+        "expected_documents": [_json(t.expected_documents) for t in traces],
+        "expected_answer": [t.expected_answer for t in traces],
+        "session_id": [t.session_id for t in traces],
+        "mapping_error": [t.mapping_error for t in traces],
+        "assembled_at": [now_us] * len(traces),
+        "assembly_reason": [a.reason for a in assembled],
+        "assembly_count": [a.assembly_count for a in assembled],
+        "last_received_at": [a.last_received_us for a in assembled],
+    }
+    step_columns: dict[str, list[Any]] = {
+        "trace_id": [trace_id for trace_id, _ in steps],
+        "span_id": [s.span_id for _, s in steps],
+        "parent_span_id": [s.parent_span_id for _, s in steps],
+        "position": [s.position for _, s in steps],
+        "kind": [s.kind for _, s in steps],
+        "name": [s.name for _, s in steps],
+        "convention": [s.convention for _, s in steps],
+        "model": [s.model for _, s in steps],
+        "provider": [s.provider for _, s in steps],
+        "query": [s.query for _, s in steps],
+        "input": [s.input for _, s in steps],
+        "output": [s.output for _, s in steps],
+        "start_time": [s.start_us for _, s in steps],
+        "end_time": [s.end_us for _, s in steps],
+        "duration_ms": [s.duration_ms for _, s in steps],
+        "input_tokens": [s.input_tokens for _, s in steps],
+        "output_tokens": [s.output_tokens for _, s in steps],
+        "total_tokens": [s.total_tokens for _, s in steps],
+        "status": [s.status for _, s in steps],
+        "span_ids": [s.span_ids for _, s in steps],
+    }
+    doc_columns: dict[str, list[Any]] = {
+        "trace_id": [d[0] for d in docs],
+        "span_id": [d[1] for d in docs],
+        "stage": [d[2] for d in docs],
+        "rank": [d[3].rank for d in docs],
+        "doc_id": [d[3].id for d in docs],
+        "content": [d[3].content for d in docs],
+        "score": [d[3].score for d in docs],
+        "distance": [d[3].distance for d in docs],
+        "metadata": [_json(d[3].metadata) for d in docs],
+    }
     return TraceTables(
-        traces=pa.table(traces, schema=TRACES_SCHEMA),
-        steps=pa.table(steps, schema=STEPS_SCHEMA),
-        documents=pa.table(docs, schema=DOCUMENTS_SCHEMA),
+        traces=pa.table(trace_columns, schema=TRACES_SCHEMA),
+        steps=pa.table(step_columns, schema=STEPS_SCHEMA),
+        documents=pa.table(doc_columns, schema=DOCUMENTS_SCHEMA),
     )

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.processors.span_records import EVENT_COLUMNS, SPAN_COLUMNS
-from collector.store.duckdb_store import Store
+from collector.store.duckdb_store import Store, transaction
 from collector.store.trace_rows import TraceTables
 
 _IDS = "_assembler_ids"
@@ -89,8 +89,7 @@ class TraceStore:
         """Insert assembled traces in one transaction, first deleting earlier assemblies of `replace`."""
         con = self._con
         replace_ids = list(replace)
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             if replace_ids:
                 con.register(_IDS, _ids_table(replace_ids))
                 for table in ("traces", "steps", "documents"):
@@ -105,10 +104,6 @@ class TraceStore:
                     con.register("_assembled", rows)
                     con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _assembled")
                     con.unregister("_assembled")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
 
 
 def last_received(spans: pa.Table) -> dict[str, int]:

@@ -71,8 +71,8 @@ def reranker_documents(attrs: dict[str, Any], which: str) -> list[Document]:
 
 
 def _flattened_documents(attrs: dict[str, Any], prefix: str) -> list[Document]:
-    items = unflatten(attrs, prefix)
-    return documents([{k.removeprefix("document."): v for k, v in item.items()} for item in items])
+    # The suffixes (`document.id`, `document.content`, ...) are field names `documents` knows.
+    return documents(unflatten(attrs, prefix))
 
 
 def output_documents(attrs: dict[str, Any]) -> list[Document]:
