@@ -1,7 +1,8 @@
 """The ingest pipeline every receiver feeds: decode -> group-committed store -> post-commit consumers.
 
-Receivers only speak their protocol; the pipeline turns an `ExportTraceServiceRequest` into a stored
-batch and tells the receiver what to acknowledge (partial success) once the commit is durable.
+Receivers only speak their protocol; the pipeline turns an `ExportTraceServiceRequest` (or the span
+events of an `ExportLogsServiceRequest`) into a stored batch and tells the receiver what to
+acknowledge (partial success) once the commit is durable.
 """
 
 from __future__ import annotations
@@ -11,17 +12,20 @@ import functools
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collector.exporters.forwarder import Forwarder
 from collector.otlp.batch import SpanBatch, decode_request
+from collector.otlp.logs import decode_logs_request
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
 
 
 @dataclass(frozen=True)
 class ExportOutcome:
-    """What the receiver acknowledges: spans rejected as invalid, and why (empty when none)."""
+    """What the receiver acknowledges: spans (or log records) rejected as invalid, and why (empty
+    when none; for logs it also tells how many records were ignored)."""
 
     accepted: int
     rejected: int
@@ -71,6 +75,41 @@ class IngestPipeline:
     ) -> ExportOutcome:
         """`submit`, then wait (without blocking the event loop) until the commit is durable."""
         outcome, future = self.submit(request, protocol, rejected_before, errors_before)
+        await asyncio.wrap_future(future)
+        return outcome
+
+    def submit_logs(
+        self,
+        request: ExportLogsServiceRequest,
+        protocol: str,
+        rejected_before: int = 0,
+        errors_before: list[str] | None = None,
+    ) -> tuple[ExportOutcome, Future[None]]:
+        """Decode and queue the span events of one log export, like `submit` for spans.
+
+        Log exports are not forwarded: the forwarder speaks the traces service only.
+        """
+        batch = decode_logs_request(request)
+        if rejected_before:
+            batch.rejected += rejected_before
+            batch.errors[:0] = errors_before or []
+        future = self._writer.submit(batch) if batch.events.num_rows else _DONE
+        self._metrics.log_records_received.labels(protocol).inc(batch.received)
+        if batch.rejected:
+            self._metrics.log_records_rejected.labels(protocol).inc(batch.rejected)
+        if batch.ignored:
+            self._metrics.log_records_ignored.labels(protocol).inc(batch.ignored)
+        return ExportOutcome(batch.events.num_rows, batch.rejected, batch.error_message()), future
+
+    async def export_logs(
+        self,
+        request: ExportLogsServiceRequest,
+        protocol: str,
+        rejected_before: int = 0,
+        errors_before: list[str] | None = None,
+    ) -> ExportOutcome:
+        """`submit_logs`, then wait until the commit is durable."""
+        outcome, future = self.submit_logs(request, protocol, rejected_before, errors_before)
         await asyncio.wrap_future(future)
         return outcome
 

@@ -17,6 +17,24 @@ class Metrics:
         self.spans_rejected = Counter(
             "ragpulse_spans_rejected", "Spans rejected as invalid, by protocol", ["protocol"], registry=r
         )
+        self.log_records_received = Counter(
+            "ragpulse_log_records_received",
+            "OTLP log records received, by protocol",
+            ["protocol"],
+            registry=r,
+        )
+        self.log_records_rejected = Counter(
+            "ragpulse_log_records_rejected",
+            "Log records naming an event but rejected as invalid, by protocol",
+            ["protocol"],
+            registry=r,
+        )
+        self.log_records_ignored = Counter(
+            "ragpulse_log_records_ignored",
+            "Log records ignored: not an event (no event name) or not tied to a span, by protocol",
+            ["protocol"],
+            registry=r,
+        )
         self.requests = Counter(
             "ragpulse_export_requests",
             "Export requests answered, by protocol and outcome",

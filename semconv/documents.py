@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from semconv.models import Document
-from semconv.values import as_list, as_mapping, is_absent, number, parse_structured, text
+from semconv.values import as_list, as_mapping, is_absent, number, parse_structured, scalar_text, text
 
 ID_KEYS = ("document.id", "id", "id_", "doc_id", "db.query.result.id", "db.search.result.id")
 CONTENT_KEYS = (
@@ -78,7 +78,7 @@ def document(item: Any, rank: int) -> Document | None:
     metadata = fields.get("metadata")
     return Document(
         rank=rank,
-        id=text(fields.get("id")),
+        id=scalar_text(fields.get("id")),
         content=text(content),
         score=number(fields.get("score")),
         distance=number(fields.get("distance")),
@@ -123,7 +123,8 @@ def fill_metadata_ids(docs: list[Document]) -> list[Document]:
         if doc.id is not None or not doc.metadata:
             continue
         for key in ("id", "source"):
-            if not is_absent(doc.metadata.get(key)):
-                doc.id = text(doc.metadata[key])
+            found = scalar_text(doc.metadata.get(key))
+            if found is not None:
+                doc.id = found
                 break
     return docs

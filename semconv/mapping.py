@@ -162,17 +162,25 @@ def provider(attrs: dict[str, Any]) -> str | None:
     return None
 
 
+MAX_TOKENS = 2**40  # larger (or negative) counts are garbage, and their sums would overflow BIGINT
+
+
+def _token_count(value: Any) -> int | None:
+    count = integer(value)
+    return count if count is not None and 0 <= count < MAX_TOKENS else None
+
+
 def tokens(attrs: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
     """(input, output, total) tokens of one span."""
-    input_tokens = integer(_first_key(attrs, INPUT_TOKEN_KEYS))
+    input_tokens = _token_count(_first_key(attrs, INPUT_TOKEN_KEYS))
     if input_tokens is None:
-        input_tokens = langfuse.usage(attrs, "input")
-    output_tokens = integer(_first_key(attrs, OUTPUT_TOKEN_KEYS))
+        input_tokens = _token_count(langfuse.usage(attrs, "input"))
+    output_tokens = _token_count(_first_key(attrs, OUTPUT_TOKEN_KEYS))
     if output_tokens is None:
-        output_tokens = langfuse.usage(attrs, "output")
-    total = integer(_first_key(attrs, TOTAL_TOKEN_KEYS))
+        output_tokens = _token_count(langfuse.usage(attrs, "output"))
+    total = _token_count(_first_key(attrs, TOTAL_TOKEN_KEYS))
     if total is None:
-        total = langfuse.usage(attrs, "total")
+        total = _token_count(langfuse.usage(attrs, "total"))
     if total is None and input_tokens is not None and output_tokens is not None:
         total = input_tokens + output_tokens
     return input_tokens, output_tokens, total

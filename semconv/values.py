@@ -30,6 +30,17 @@ def text(value: Any) -> str | None:
         return str(value)
 
 
+def scalar_text(value: Any) -> str | None:
+    """A string or number as text; structures, booleans and absent values as None (ids)."""
+    if is_absent(value) or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    return None
+
+
 def parse_structured(value: Any) -> Any:
     """JSON (or Python-repr) text as data; other values unchanged. Double-encoded JSON is unwrapped."""
     for _ in range(3):
@@ -41,7 +52,7 @@ def parse_structured(value: Any) -> Any:
         try:
             value = json.loads(stripped)
             continue
-        except ValueError:
+        except (ValueError, RecursionError):  # deeply nested JSON text hits the recursion limit
             pass
         try:
             # Pinecone metadata and OpenInference's examples are Python reprs ({'a': 1}).
@@ -52,8 +63,11 @@ def parse_structured(value: Any) -> Any:
 
 
 def as_mapping(value: Any) -> dict[str, Any] | None:
+    """A mapping from a dict or JSON / Python-repr text, with its keys as text ({1: 'x'} has int keys)."""
     parsed = parse_structured(value)
-    return parsed if isinstance(parsed, dict) else None
+    if not isinstance(parsed, dict):
+        return None
+    return {k if isinstance(k, str) else str(k): v for k, v in parsed.items()}
 
 
 def as_list(value: Any) -> list[Any] | None:
@@ -69,7 +83,7 @@ def number(value: Any) -> float | None:
         return None
     try:
         result = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return result if math.isfinite(result) else None
 
@@ -107,7 +121,7 @@ def unflatten(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]
         if not key.startswith(prefix):
             continue
         index, _, suffix = key[len(prefix) :].partition(".")
-        if not index.isdigit() or not suffix:
+        if not (index.isascii() and index.isdigit()) or not suffix:  # not '²': int() refuses it
             continue
         items.setdefault(int(index), {})[suffix] = value
     return [items[i] for i in sorted(items)]

@@ -1,9 +1,9 @@
-"""OTLP/JSON bodies to protobuf requests, span by span.
+"""OTLP/JSON bodies to protobuf requests, span by span (traces) or record by record (logs).
 
 OTLP/JSON is proto3 JSON with three twists (OTLP spec, "JSON Protobuf Encoding"): trace and span
-ids are hex, not base64; enums are integers; unknown fields must be ignored. Each span is parsed on
-its own with protobuf's `json_format`, so one malformed span is rejected alone. Ids are also accepted
-in base64, the form plain proto3 JSON tools produce.
+ids are hex, not base64; enums are integers; unknown fields must be ignored. Each span or log record
+is parsed on its own with protobuf's `json_format`, so one malformed item is rejected alone. Ids are
+also accepted in base64, the form plain proto3 JSON tools produce.
 """
 
 from __future__ import annotations
@@ -11,20 +11,24 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 from google.protobuf import json_format
 from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.otlp.batch import MAX_REPORTED_ERRORS
 
 _HEX = re.compile(r"[0-9a-fA-F]*")
+R = TypeVar("R", ExportTraceServiceRequest, ExportLogsServiceRequest)
 
 
 def _reason(exc: Exception) -> str:
@@ -43,10 +47,10 @@ class UndecodableBody(ValueError):
 
 
 @dataclass
-class ParsedJson:
+class ParsedJson(Generic[R]):
     """The valid part of an OTLP/JSON body as protobuf, plus what was rejected on the way."""
 
-    request: ExportTraceServiceRequest
+    request: R
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -102,6 +106,18 @@ def _parse_span(span_obj: Any) -> Span:
     return span
 
 
+def _parse_log_record(record_obj: Any) -> LogRecord:
+    if not isinstance(record_obj, dict):
+        raise ValueError("log record is not a JSON object")
+    record_obj = dict(record_obj)
+    trace_id = decode_id(_pop(record_obj, "traceId", "trace_id"), 16, "traceId")
+    span_id = decode_id(_pop(record_obj, "spanId", "span_id"), 8, "spanId")
+    record = LogRecord()
+    json_format.ParseDict(record_obj, record, ignore_unknown_fields=True)
+    record.trace_id, record.span_id = trace_id, span_id
+    return record
+
+
 def _pop(obj: dict[str, Any], camel: str, snake: str) -> Any:
     value = obj.pop(camel, None)
     other = obj.pop(snake, None)
@@ -126,45 +142,91 @@ def _list(obj: dict[str, Any], *names: str) -> list[Any]:
     return []
 
 
-def parse_json_request(body: bytes) -> ParsedJson:
-    """Parse an OTLP/JSON `ExportTraceServiceRequest`; raises UndecodableBody when it is not one."""
+@dataclass(frozen=True)
+class _Signal:
+    """Where one signal keeps its items, as JSON names (camelCase first) and protobuf fields."""
+
+    resources: tuple[str, ...]
+    scopes: tuple[str, ...]
+    items: tuple[str, ...]
+    resource_field: str
+    scope_field: str
+    item_field: str
+    item: str  # what an item is called in error messages
+    parse_item: Callable[[Any], Message]
+
+
+_SPANS = _Signal(
+    ("resourceSpans", "resource_spans"),
+    ("scopeSpans", "scope_spans", "instrumentationLibrarySpans"),
+    ("spans",),
+    "resource_spans",
+    "scope_spans",
+    "spans",
+    "span",
+    _parse_span,
+)
+_LOGS = _Signal(
+    ("resourceLogs", "resource_logs"),
+    ("scopeLogs", "scope_logs", "instrumentationLibraryLogs"),
+    ("logRecords", "log_records"),
+    "resource_logs",
+    "scope_logs",
+    "log_records",
+    "log record",
+    _parse_log_record,
+)
+
+
+def _parse(body: bytes, parsed: ParsedJson[R], signal: _Signal) -> ParsedJson[R]:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise UndecodableBody(f"body is not valid JSON: {exc}") from None
+    resources_name, scopes_name = signal.resources[0], signal.scopes[0]
     if not isinstance(document, dict):
-        raise UndecodableBody("body must be a JSON object with resourceSpans")
-    parsed = ParsedJson(ExportTraceServiceRequest())
-    for rs_obj in _list(document, "resourceSpans", "resource_spans"):
+        raise UndecodableBody(f"body must be a JSON object with {resources_name}")
+    for rs_obj in _list(document, *signal.resources):
         if not isinstance(rs_obj, dict):
-            raise UndecodableBody("resourceSpans entries must be JSON objects")
-        scope_objs = _list(rs_obj, "scopeSpans", "scope_spans", "instrumentationLibrarySpans")
+            raise UndecodableBody(f"{resources_name} entries must be JSON objects")
+        scope_objs = _list(rs_obj, *signal.scopes)
         if not all(isinstance(ss_obj, dict) for ss_obj in scope_objs):
-            raise UndecodableBody("scopeSpans entries must be JSON objects")
-        spans_per_scope = [_list(ss_obj, "spans") for ss_obj in scope_objs]
+            raise UndecodableBody(f"{scopes_name} entries must be JSON objects")
+        items_per_scope = [_list(ss_obj, *signal.items) for ss_obj in scope_objs]
         resource = Resource()
         try:
             _parse_into(resource, rs_obj.get("resource"), "resource")
         except _PARSE_ERRORS as exc:
-            count = sum(len(span_objs) for span_objs in spans_per_scope)
-            parsed.reject(count, f"resource of {count} span(s): {exc}")
+            count = sum(len(item_objs) for item_objs in items_per_scope)
+            parsed.reject(count, f"resource of {count} {signal.item}(s): {exc}")
             continue
-        resource_spans = parsed.request.resource_spans.add()
-        resource_spans.resource.CopyFrom(resource)
-        resource_spans.schema_url = str(_get(rs_obj, "schemaUrl", "schema_url", ""))
-        for ss_obj, span_objs in zip(scope_objs, spans_per_scope, strict=True):
+        resource_items = getattr(parsed.request, signal.resource_field).add()
+        resource_items.resource.CopyFrom(resource)
+        resource_items.schema_url = str(_get(rs_obj, "schemaUrl", "schema_url", ""))
+        for ss_obj, item_objs in zip(scope_objs, items_per_scope, strict=True):
             scope = InstrumentationScope()
             try:
                 _parse_into(scope, _get(ss_obj, "scope", "instrumentationLibrary"), "scope")
             except _PARSE_ERRORS as exc:
-                parsed.reject(len(span_objs), f"scope of {len(span_objs)} span(s): {exc}")
+                parsed.reject(len(item_objs), f"scope of {len(item_objs)} {signal.item}(s): {exc}")
                 continue
-            scope_spans = resource_spans.scope_spans.add()
-            scope_spans.scope.CopyFrom(scope)
-            for span_obj in span_objs:
+            scope_items = getattr(resource_items, signal.scope_field).add()
+            scope_items.scope.CopyFrom(scope)
+            items = getattr(scope_items, signal.item_field)
+            for item_obj in item_objs:
                 try:
-                    scope_spans.spans.append(_parse_span(span_obj))
+                    items.append(signal.parse_item(item_obj))
                 except _PARSE_ERRORS as exc:
-                    span_id = span_obj.get("spanId", "?") if isinstance(span_obj, dict) else "?"
-                    parsed.reject(1, f"span {str(span_id)[:32]}: {_reason(exc)}")
+                    span_id = item_obj.get("spanId", "?") if isinstance(item_obj, dict) else "?"
+                    parsed.reject(1, f"{signal.item} {str(span_id)[:32]}: {_reason(exc)}")
     return parsed
+
+
+def parse_json_request(body: bytes) -> ParsedJson[ExportTraceServiceRequest]:
+    """Parse an OTLP/JSON `ExportTraceServiceRequest`; raises UndecodableBody when it is not one."""
+    return _parse(body, ParsedJson(ExportTraceServiceRequest()), _SPANS)
+
+
+def parse_json_logs_request(body: bytes) -> ParsedJson[ExportLogsServiceRequest]:
+    """Parse an OTLP/JSON `ExportLogsServiceRequest`; raises UndecodableBody when it is not one."""
+    return _parse(body, ParsedJson(ExportLogsServiceRequest()), _LOGS)

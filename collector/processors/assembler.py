@@ -6,10 +6,13 @@ arrived for `decision_wait` seconds, or `max_wait` seconds after its first span.
 `max_traces` are in flight; past that the oldest are assembled early (reason `pressure`).
 
 Spans wait in memory as the Arrow tables the writer committed (columnar text, no per-span Python
-objects) and are read into records only when their trace is assembled. A span that arrives after
-its trace was assembled is stored as usual and the trace is re-assembled from the store (reason
-`late_span`), replacing the earlier rows. On start, traces whose spans were stored but not (or not
-completely) assembled, e.g. after a crash, are assembled from the store (reason `recovery`).
+objects) and are read into records only when their trace is assembled. Events sent apart from their
+spans (GenAI events on /v1/logs) count as arrivals of their trace like spans do, but never as its
+root: they join a trace in flight, or start one that waits for its spans. A span or event that
+arrives after its trace was assembled is stored as usual and the trace is re-assembled from the
+store (reason `late_span`), replacing the earlier rows. On start, traces whose spans were stored
+but not (or not completely) assembled, e.g. after a crash, are assembled from the store (reason
+`recovery`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class _Pending:
     root_seen: bool = False
     batches: set[int] = field(default_factory=set)
     from_store: bool = False  # late span or recovery: read every span of the trace from the store
+    checked: bool = False  # the store was asked whether this root-less trace was assembled before
 
 
 @dataclass
@@ -102,7 +106,7 @@ class TraceAssembler:
 
     def on_commit(self, batch: SpanBatch) -> None:
         """Writer listener: hand over a committed batch (cheap; the work happens on our thread)."""
-        if batch.spans.num_rows:
+        if batch.spans.num_rows or batch.events.num_rows:  # events alone: from /v1/logs
             with self._cond:
                 self._inbox.append(batch)
                 self._cond.notify()
@@ -162,7 +166,7 @@ class TraceAssembler:
         for batch in batches:
             self._hold(batch, now)
         ready = self._ready(now)
-        self._metrics.traces_in_flight.set(len(self._pending) - len(ready))
+        self._metrics.traces_in_flight.set(len(self._pending))  # `_ready` took the ready ones out
         if ready:
             self._assemble(ready)
         else:
@@ -192,11 +196,20 @@ class TraceAssembler:
         self._next_batch += 1
         trace_ids = spans["trace_id"].to_pylist()
         roots = pc.is_null(spans["parent_span_id"]).to_pylist()
+        if batch.events.num_rows:
+            # Events from /v1/logs come without their spans (a group commit may mix them with other
+            # exports' spans): their traces count as arrivals too, never as roots.
+            event_traces = pc.unique(batch.events["trace_id"]).to_pylist()
+            trace_ids += event_traces
+            roots += [False] * len(event_traces)
         touched: set[str] = set()
         for trace_id, is_root in zip(trace_ids, roots, strict=True):
             pending = self._pending.get(trace_id)
             if pending is None:
-                pending = _Pending(now, now, from_store=trace_id in self._assembled)
+                # Seen before: read it all from the store. Assembled before (count > 0): its root
+                # came, so a late span waits decision_wait, not max_wait. Count 0: events only so far.
+                count = self._assembled.get(trace_id)
+                pending = _Pending(now, now, root_seen=bool(count), from_store=count is not None)
                 self._pending[trace_id] = pending
             pending.last_seen = now
             pending.root_seen = pending.root_seen or bool(is_root)
@@ -207,6 +220,8 @@ class TraceAssembler:
 
     def _ready(self, now: float) -> list[tuple[str, str, _Pending]]:
         cfg = self._config
+        if self._may_have_older:
+            self._find_assembled_before(now)
         ready = []
         for trace_id, p in self._pending.items():
             if p.root_seen and now - p.last_seen >= cfg.decision_wait:
@@ -223,6 +238,25 @@ class TraceAssembler:
         for trace_id, _, _ in ready:
             del self._pending[trace_id]
         return ready
+
+    def _find_assembled_before(self, now: float) -> None:
+        """Root-less traces idle for decision_wait may be late spans of a trace assembled before
+        this process started (or forgotten since): ask the store once, so they need not wait for
+        max_wait."""
+        idle = [
+            t
+            for t, p in self._pending.items()
+            if not p.root_seen and not p.checked and now - p.last_seen >= self._config.decision_wait
+        ]
+        if not idle:
+            return
+        earlier = self._store.assembly_counts(idle)
+        for trace_id in idle:
+            pending = self._pending[trace_id]
+            pending.checked = True
+            if trace_id in earlier:
+                pending.root_seen = pending.from_store = True
+                self._assembled[trace_id] = earlier[trace_id]
 
     def _release(self, pending: _Pending) -> None:
         for batch_id in pending.batches:
@@ -273,12 +307,18 @@ class TraceAssembler:
             return None
         if self._cases_stale:
             self._load_cases()
+        with_spans = set(pc.unique(spans["trace_id"]).to_pylist())  # events alone make no trace yet
         counts = {
-            t: (reason, max(self._assembled.get(t, 0), stored_counts.get(t, 0)) + 1) for t, reason, _ in ready
+            t: (reason, max(self._assembled.get(t, 0), stored_counts.get(t, 0)) + 1)
+            for t, reason, _ in ready
+            if t in with_spans
         }
         for trace_id, (_, count) in counts.items():
             # Known as assembled from here on, so a span arriving while the job runs re-assembles.
             self._remember(trace_id, count)
+        for trace_id, _, _ in ready:
+            if trace_id not in with_spans:
+                self._remember(trace_id, self._assembled.get(trace_id, 0))  # its events are stored
         job = MapJob(spans, events, counts, int(time.time() * 1_000_000), self._cases_version)
         return _Prepared(job, counts, started)
 

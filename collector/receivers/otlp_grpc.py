@@ -1,13 +1,20 @@
-"""OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export` on grpc.aio."""
+"""OTLP/gRPC receiver on grpc.aio: `opentelemetry.proto.collector.trace.v1.TraceService/Export`, and
+`opentelemetry.proto.collector.logs.v1.LogsService/Export` for the span events a log export carries."""
 
 from __future__ import annotations
 
 import logging
 import socket
 import time
+from collections.abc import Awaitable
 
 import grpc
 from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
@@ -16,13 +23,43 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from collector.config import ReceiversConfig
-from collector.pipeline import IngestPipeline
+from collector.pipeline import ExportOutcome, IngestPipeline
 from collector.receivers.retry import grpc_retry_metadata
 from collector.store.writer import Overloaded, WriterStopped
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 PROTOCOL = "grpc"
+
+
+async def _committed(
+    export: Awaitable[ExportOutcome],
+    context: grpc.aio.ServicerContext,
+    metrics: Metrics,
+    retry_after: float,
+    started: float,
+) -> ExportOutcome:
+    """Await an export's commit; a full queue or a store failure aborts with UNAVAILABLE + RetryInfo."""
+    try:
+        outcome = await export
+    except (Overloaded, WriterStopped) as exc:
+        metrics.requests.labels(PROTOCOL, "retry").inc()
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            str(exc),
+            trailing_metadata=grpc_retry_metadata(retry_after, str(exc)),
+        )
+    except Exception as exc:  # a store failure: nothing was acknowledged, the client may retry
+        log.exception("export failed")
+        metrics.requests.labels(PROTOCOL, "error").inc()
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"store error: {exc}",
+            trailing_metadata=grpc_retry_metadata(retry_after, str(exc)),
+        )
+    metrics.requests.labels(PROTOCOL, "partial" if outcome.rejected else "ok").inc()
+    metrics.export_seconds.labels(PROTOCOL).observe(time.perf_counter() - started)
+    return outcome
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
@@ -35,25 +72,9 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         self, request: ExportTraceServiceRequest, context: grpc.aio.ServicerContext
     ) -> ExportTraceServiceResponse:
         started = time.perf_counter()
-        try:
-            outcome = await self._pipeline.export(request, PROTOCOL)
-        except (Overloaded, WriterStopped) as exc:
-            self._metrics.requests.labels(PROTOCOL, "retry").inc()
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE,
-                str(exc),
-                trailing_metadata=grpc_retry_metadata(self._retry_after, str(exc)),
-            )
-        except Exception as exc:  # a store failure: nothing was acknowledged, the client may retry
-            log.exception("export failed")
-            self._metrics.requests.labels(PROTOCOL, "error").inc()
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE,
-                f"store error: {exc}",
-                trailing_metadata=grpc_retry_metadata(self._retry_after, str(exc)),
-            )
-        self._metrics.requests.labels(PROTOCOL, "partial" if outcome.rejected else "ok").inc()
-        self._metrics.export_seconds.labels(PROTOCOL).observe(time.perf_counter() - started)
+        outcome = await _committed(
+            self._pipeline.export(request, PROTOCOL), context, self._metrics, self._retry_after, started
+        )
         if not outcome.rejected:
             return ExportTraceServiceResponse()
         return ExportTraceServiceResponse(
@@ -70,6 +91,42 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             self._metrics.requests.labels(PROTOCOL, "invalid").inc()
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"request is not a valid ExportTraceServiceRequest: {exc}"
+            )
+        return await self.Export(request, context)
+
+
+class _LogsService:
+    """LogsService/Export: the span events among the records are stored, the others ignored."""
+
+    def __init__(self, pipeline: IngestPipeline, metrics: Metrics, retry_after: float) -> None:
+        self._pipeline = pipeline
+        self._metrics = metrics
+        self._retry_after = retry_after
+
+    async def Export(
+        self, request: ExportLogsServiceRequest, context: grpc.aio.ServicerContext
+    ) -> ExportLogsServiceResponse:
+        started = time.perf_counter()
+        outcome = await _committed(
+            self._pipeline.export_logs(request, PROTOCOL), context, self._metrics, self._retry_after, started
+        )
+        # A message with nothing rejected is a warning (ignored records): OTLP allows it.
+        if not outcome.rejected and not outcome.message:
+            return ExportLogsServiceResponse()
+        return ExportLogsServiceResponse(
+            partial_success=ExportLogsPartialSuccess(
+                rejected_log_records=outcome.rejected, error_message=outcome.message
+            )
+        )
+
+    async def export_bytes(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportLogsServiceResponse:
+        """Decode here, not in grpc, as for traces."""
+        try:
+            request = ExportLogsServiceRequest.FromString(raw)
+        except DecodeError as exc:
+            self._metrics.requests.labels(PROTOCOL, "invalid").inc()
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"request is not a valid ExportLogsServiceRequest: {exc}"
             )
         return await self.Export(request, context)
 
@@ -93,10 +150,19 @@ class OtlpGrpcReceiver:
             request_deserializer=None,
             response_serializer=ExportTraceServiceResponse.SerializeToString,
         )
+        logs = _LogsService(pipeline, metrics, config.retry_after)
+        export_logs = grpc.unary_unary_rpc_method_handler(
+            logs.export_bytes,
+            request_deserializer=None,
+            response_serializer=ExportLogsServiceResponse.SerializeToString,
+        )
         self._server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
                     "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": export}
+                ),
+                grpc.method_handlers_generic_handler(
+                    "opentelemetry.proto.collector.logs.v1.LogsService", {"Export": export_logs}
                 ),
             )
         )

@@ -1,4 +1,5 @@
-"""OTLP/HTTP receiver: `POST /v1/traces` with protobuf or OTLP/JSON bodies, gzip or deflate.
+"""OTLP/HTTP receiver: `POST /v1/traces` and `POST /v1/logs` with protobuf or OTLP/JSON bodies,
+gzip or deflate. Both go through the same checks; `/v1/logs` keeps the span events it carries.
 
 Follows the OTLP/HTTP spec: the response is encoded like the request; an undecodable body is 400
 with a google.rpc.Status; an oversized one 413; an unsupported media type 415; a store that is
@@ -9,10 +10,18 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -24,7 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from collector.config import ReceiversConfig
-from collector.otlp.json_request import UndecodableBody, parse_json_request
+from collector.otlp.json_request import UndecodableBody, parse_json_logs_request, parse_json_request
 from collector.pipeline import ExportOutcome, IngestPipeline
 from collector.receivers.retry import http_retry_after
 from collector.store.writer import Overloaded, WriterStopped
@@ -94,18 +103,37 @@ def _status_response(
     return Response(body, status_code=http_status, media_type=media_type, headers=headers)
 
 
-def _success_response(outcome: ExportOutcome, as_json: bool) -> Response:
+def _trace_response(outcome: ExportOutcome) -> Message:
     response = ExportTraceServiceResponse()
     if outcome.rejected:
         response.partial_success.CopyFrom(
             ExportTracePartialSuccess(rejected_spans=outcome.rejected, error_message=outcome.message)
         )
-    body, media_type = _encode(response, as_json)
-    return Response(body, status_code=200, media_type=media_type)
+    return response
+
+
+def _logs_response(outcome: ExportOutcome) -> Message:
+    response = ExportLogsServiceResponse()
+    # A message with nothing rejected is a warning (ignored records): OTLP allows it.
+    if outcome.rejected or outcome.message:
+        response.partial_success.CopyFrom(
+            ExportLogsPartialSuccess(rejected_log_records=outcome.rejected, error_message=outcome.message)
+        )
+    return response
+
+
+@dataclass(frozen=True)
+class _Signal:
+    """What differs between `/v1/traces` and `/v1/logs`: the messages and the pipeline entry."""
+
+    request_type: Any  # the generated protobuf request class (FromString)
+    parse_json: Callable[[bytes], Any]
+    export: Callable[[Any, str, int, list[str]], Awaitable[ExportOutcome]]
+    response: Callable[[ExportOutcome], Message]
 
 
 class OtlpHttpReceiver:
-    """The `/v1/traces` route; mounted in the service's one HTTP app next to the API."""
+    """The `/v1/traces` and `/v1/logs` routes; mounted in the service's one HTTP app next to the API."""
 
     PROTOCOL_PROTOBUF = "http/protobuf"
     PROTOCOL_JSON = "http/json"
@@ -114,11 +142,28 @@ class OtlpHttpReceiver:
         self._config = config
         self._pipeline = pipeline
         self._metrics = metrics
+        self._traces = _Signal(
+            ExportTraceServiceRequest, parse_json_request, pipeline.export, _trace_response
+        )
+        self._logs = _Signal(
+            ExportLogsServiceRequest, parse_json_logs_request, pipeline.export_logs, _logs_response
+        )
 
     def routes(self) -> list[Route]:
-        return [Route("/v1/traces", self.export, methods=["POST"])]
+        return [
+            Route("/v1/traces", self.export, methods=["POST"]),
+            Route("/v1/logs", self.export_logs, methods=["POST"]),
+        ]
 
     async def export(self, request: Request) -> Response:
+        """`POST /v1/traces`."""
+        return await self._export(request, self._traces)
+
+    async def export_logs(self, request: Request) -> Response:
+        """`POST /v1/logs`: the span events among the records are stored, the rest ignored."""
+        return await self._export(request, self._logs)
+
+    async def _export(self, request: Request, signal: _Signal) -> Response:
         started = time.perf_counter()
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         as_json = media_type == JSON
@@ -137,10 +182,10 @@ class OtlpHttpReceiver:
             body = decompress(body, request.headers.get("content-encoding", ""), limit)
             if as_json:
                 # json_format is pure Python: parse off the event loop so other requests keep flowing.
-                parsed = await run_in_threadpool(parse_json_request, body)
+                parsed = await run_in_threadpool(signal.parse_json, body)
                 message, rejected, errors = parsed.request, parsed.rejected, parsed.errors
             else:
-                message, rejected, errors = ExportTraceServiceRequest.FromString(body), 0, []
+                message, rejected, errors = signal.request_type.FromString(body), 0, []
         except BodyTooLarge as exc:
             return self._refuse(413, code_pb2.RESOURCE_EXHAUSTED, str(exc), as_json, "too_large")
         except UnsupportedEncoding as exc:
@@ -151,12 +196,12 @@ class OtlpHttpReceiver:
             return self._refuse(
                 400,
                 code_pb2.INVALID_ARGUMENT,
-                f"body is not a valid protobuf ExportTraceServiceRequest: {exc}",
+                f"body is not a valid protobuf {signal.request_type.__name__}: {exc}",
                 as_json,
                 "invalid",
             )
         try:
-            outcome = await self._pipeline.export(message, protocol, rejected, errors)
+            outcome = await signal.export(message, protocol, rejected, errors)
         except (Overloaded, WriterStopped) as exc:
             return self._refuse(
                 503,
@@ -177,7 +222,8 @@ class OtlpHttpReceiver:
             )
         self._metrics.requests.labels(protocol, "partial" if outcome.rejected else "ok").inc()
         self._metrics.export_seconds.labels(protocol).observe(time.perf_counter() - started)
-        return _success_response(outcome, as_json)
+        body, media_type = _encode(signal.response(outcome), as_json)
+        return Response(body, status_code=200, media_type=media_type)
 
     def _refuse(
         self,

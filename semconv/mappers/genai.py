@@ -1,5 +1,6 @@
 """OpenTelemetry GenAI: `gen_ai.operation.name`, retrieval documents (v1.40+), messages in the v1.37
-parts shape, and the older per-message span events (≤v1.36) and `gen_ai.content.*` events (≤v1.26)."""
+parts shape (on the span, or on a `gen_ai.client.inference.operation.details` event), and the older
+per-message events (≤v1.36, content in the body) and `gen_ai.content.*` events (≤v1.26)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,9 @@ def first_user_message(attrs: dict[str, Any]) -> str | None:
     return None
 
 
+# The v1.37+ event with the span's own attributes: messages are structured (lists of dicts) on it.
+OPERATION_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+
 # Deprecated content carried in span events.
 _MESSAGE_EVENTS = {
     "gen_ai.system.message": "system",
@@ -102,6 +106,10 @@ def _event_body(event: EventRecord) -> Any:
 
 def event_output(events: list[EventRecord]) -> str | None:
     for event in events:
+        if event.name == OPERATION_DETAILS_EVENT:
+            found = llm_output(event.attributes)
+            if found:
+                return found
         if event.name == "gen_ai.choice":
             body = _event_body(event)
             if isinstance(body, dict):
@@ -121,6 +129,11 @@ def event_output(events: list[EventRecord]) -> str | None:
 def event_input(events: list[EventRecord]) -> str | None:
     lines = []
     for event in events:
+        if event.name == OPERATION_DETAILS_EVENT:
+            # One event holds the whole transcript: it wins over per-message events.
+            transcript = llm_input(event.attributes)
+            if transcript:
+                return transcript
         role = _MESSAGE_EVENTS.get(event.name)
         if role:
             body = _event_body(event)
@@ -137,6 +150,10 @@ def event_input(events: list[EventRecord]) -> str | None:
 
 def event_first_user_message(events: list[EventRecord]) -> str | None:
     for event in events:
+        if event.name == OPERATION_DETAILS_EVENT:
+            found = first_user_message(event.attributes)
+            if found:
+                return found
         if event.name == "gen_ai.user.message":
             body = _event_body(event)
             return answer_text(body) if body is not None else None

@@ -29,7 +29,8 @@ def message_text(message: Any) -> str | None:
     if not isinstance(message, Mapping):
         return text(message) if isinstance(message, str) else None
     if "parts" in message:
-        parts = [text(p.get("content")) for p in message["parts"] or [] if isinstance(p, Mapping)]
+        listed = message["parts"] if isinstance(message["parts"], list) else []
+        parts = [text(p.get("content")) for p in listed if isinstance(p, Mapping)]
         joined = "\n".join(p for p in parts if p and p)
         return joined or None
     content = message.get("content")

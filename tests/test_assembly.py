@@ -1,0 +1,903 @@
+"""Trace assembly end to end: spans in over OTLP/HTTP, rows out in `traces`, `steps` and `documents`.
+
+Every test runs the real service on loopback (in-process `BackgroundService`, or a `ragpulse serve`
+subprocess for kill -9) with a real DuckDB file. Spans are sent as raw OTLP protobuf requests built
+here (exact ids, times and arrival order), or by the real OpenTelemetry SDK exporter. The assertions
+read the tables through /api/sql and the assembler's counters on /metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector.service import BackgroundService, Service
+from semconv import emit
+from tests.conftest import make_config, sql
+
+RAGPULSE = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "ragpulse"
+T = TypeVar("T")
+
+QUESTION = "What is the refund window?"
+ANSWER = "You can get a refund within 30 days."
+DOCS = [
+    {"id": "refunds", "score": 0.91, "content": "Refunds are accepted within 30 days."},
+    {"id": "shipping", "score": 0.55, "content": "Orders ship within 2 days."},
+    {"id": "returns", "score": 0.42, "content": "Return the item in its box.", "metadata": {"page": 3}},
+]
+
+
+# --------------------------------------------------------------------------- building OTLP requests
+
+
+@dataclass
+class S:
+    """One span to send: integer ids (hex-encoded on the wire), times in ms after the trace's base."""
+
+    span_id: int
+    parent: int | None
+    name: str
+    start_ms: float
+    end_ms: float
+    attrs: dict[str, Any] = field(default_factory=dict)
+    error: bool = False
+
+
+def trace_id_of(n: int, tag: int = 0xA55E) -> str:
+    """Distinct, ordered trace ids: `n` increases with the id's sort order."""
+    return f"{tag:08x}{n:024x}"
+
+
+def span_hex(n: int) -> str:
+    return f"{n:016x}"
+
+
+def _any_value(value: Any) -> AnyValue:
+    out = AnyValue()
+    if isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int):
+        out.int_value = value
+    elif isinstance(value, float):
+        out.double_value = value
+    elif isinstance(value, str):
+        out.string_value = value
+    elif isinstance(value, list):
+        out.array_value.values.extend(_any_value(v) for v in value)
+    elif isinstance(value, dict):
+        out.kvlist_value.values.extend(KeyValue(key=k, value=_any_value(v)) for k, v in value.items())
+    else:
+        raise TypeError(f"no OTLP value for {value!r}")
+    return out
+
+
+def otlp_request(
+    trace_id: str, spans: list[S], base_ns: int, service_name: str = "assembly-test"
+) -> ExportTraceServiceRequest:
+    """One export of `spans`, all of trace `trace_id`."""
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    resource_spans.resource.attributes.append(KeyValue(key="service.name", value=_any_value(service_name)))
+    scope_spans = resource_spans.scope_spans.add()
+    scope_spans.scope.name = "assembly-test"
+    tid = bytes.fromhex(trace_id)
+    for s in spans:
+        span = scope_spans.spans.add()
+        span.trace_id = tid
+        span.span_id = bytes.fromhex(span_hex(s.span_id))
+        if s.parent is not None:
+            span.parent_span_id = bytes.fromhex(span_hex(s.parent))
+        span.name = s.name
+        span.kind = Span.SPAN_KIND_INTERNAL
+        span.start_time_unix_nano = base_ns + int(s.start_ms * 1_000_000)
+        span.end_time_unix_nano = base_ns + int(s.end_ms * 1_000_000)
+        span.attributes.extend(KeyValue(key=k, value=_any_value(v)) for k, v in s.attrs.items())
+        if s.error:
+            span.status.code = Status.STATUS_CODE_ERROR
+    return request
+
+
+def post(url: str, request: ExportTraceServiceRequest) -> None:
+    """POST one protobuf export and require it fully accepted (so it is committed: acknowledged)."""
+    response = httpx.post(
+        f"{url}/v1/traces",
+        content=request.SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    body = ExportTraceServiceResponse.FromString(response.content)
+    assert body.partial_success.rejected_spans == 0, body.partial_success.error_message
+
+
+def send(url: str, trace_id: str, spans: list[S], base_ns: int | None = None) -> None:
+    post(url, otlp_request(trace_id, spans, time.time_ns() if base_ns is None else base_ns))
+
+
+def rag_spans(question: str = QUESTION, tokens: tuple[int, int] = (100, 20)) -> list[S]:
+    """A small ragpulse-convention request: root, retrieval with three documents, one chat."""
+    messages = [{"role": "user", "parts": [{"type": "text", "content": question}]}]
+    output = [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
+    return [
+        S(
+            1,
+            None,
+            "rag.request",
+            0,
+            50,
+            {"rag.step": "chain", "rag.question": question, "rag.answer": ANSWER},
+        ),
+        S(
+            2,
+            1,
+            "retrieval kb",
+            1,
+            10,
+            {
+                "gen_ai.operation.name": "retrieval",
+                "gen_ai.retrieval.query.text": question,
+                "gen_ai.retrieval.documents": json.dumps(DOCS),
+            },
+        ),
+        S(
+            3,
+            1,
+            "chat gpt-4o-mini",
+            11,
+            49,
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "gpt-4o-mini",
+                "gen_ai.input.messages": json.dumps(messages),
+                "gen_ai.output.messages": json.dumps(output),
+                "gen_ai.usage.input_tokens": tokens[0],
+                "gen_ai.usage.output_tokens": tokens[1],
+            },
+        ),
+    ]
+
+
+def late_llm_span(span_id: int = 6, tokens: tuple[int, int] = (7, 3)) -> S:
+    return S(
+        span_id,
+        1,
+        "chat follow-up",
+        60,
+        70,
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.usage.input_tokens": tokens[0],
+            "gen_ai.usage.output_tokens": tokens[1],
+        },
+    )
+
+
+# --------------------------------------------------------------------------- reading results
+
+
+def wait_for(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 15, what: str = "") -> T:
+    """Poll `read()` until `done(value)`; fail with the last value on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or 'condition'}; last value: {value!r}")
+        time.sleep(0.05)
+
+
+def traces_rows(svc: Service | str, where: str = "true") -> list[dict[str, Any]]:
+    return query(svc, f"SELECT * FROM traces WHERE {where} ORDER BY trace_id")
+
+
+def query(svc: Service | str, q: str) -> list[dict[str, Any]]:
+    if isinstance(svc, str):  # a subprocess server's URL
+        response = httpx.post(f"{svc}/api/sql", json={"query": q}, timeout=30)
+        assert response.status_code == 200, response.text
+        rows: list[dict[str, Any]] = response.json()
+        return rows
+    return sql(svc, q)
+
+
+def count(svc: Service | str, q: str) -> int:
+    return int(query(svc, q)[0]["n"])
+
+
+def wait_traces(svc: Service | str, n: int, where: str = "true", timeout: float = 15) -> list[dict[str, Any]]:
+    return wait_for(
+        lambda: traces_rows(svc, where), lambda rows: len(rows) >= n, timeout, f"{n} traces row(s) ({where})"
+    )
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """A sample's value on /metrics (0 when a labelled child was never touched)."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    if labels:
+        return 0.0
+    raise AssertionError(f"metric {name} not exposed")
+
+
+def assembled(url: str, reason: str) -> float:
+    return metric(url, "ragpulse_traces_assembled_total", reason=reason)
+
+
+def in_flight(url: str) -> float:
+    return metric(url, "ragpulse_traces_in_flight")
+
+
+def assembler(**values: Any) -> dict[str, Any]:
+    """Assembler settings for tests: short waits, fast polling."""
+    return {"decision_wait": 0.3, "poll_interval": 0.05, **values}
+
+
+# --------------------------------------------------------------------------- when a trace is assembled
+
+
+def test_trace_waits_for_its_root_then_for_decision_wait(tmp_path: Path) -> None:
+    wait = 0.5
+    with BackgroundService(make_config(tmp_path, assembler=assembler(decision_wait=wait))) as svc:
+        tid = trace_id_of(1)
+        spans = rag_spans()
+        base = time.time_ns()
+        send(svc.http_url, tid, [spans[1]], base)
+        send(svc.http_url, tid, [spans[2]], base)
+        assert count(svc, f"SELECT count(*) AS n FROM spans WHERE trace_id = '{tid}'") == 2
+        time.sleep(3 * wait)  # far past decision_wait: without the root the trace still waits
+        assert traces_rows(svc) == []
+        assert in_flight(svc.http_url) == 1
+
+        send(svc.http_url, tid, [spans[0]], base)
+        (row,) = wait_traces(svc, 1)
+        assert row["trace_id"] == tid
+        assert row["root_span_id"] == span_hex(1)
+        assert row["span_count"] == 3
+        assert (row["assembly_reason"], row["assembly_count"]) == ("complete", 1)
+        assert row["question"] == QUESTION and row["answer"] == ANSWER
+        # Assembled no earlier than decision_wait after the last span was received.
+        (gap,) = query(
+            svc,
+            "SELECT epoch_us(assembled_at) - epoch_us(last_received_at) AS us, "
+            "epoch_us(last_received_at) = (SELECT max(epoch_us(received_at)) FROM spans) AS last_is_max "
+            "FROM traces",
+        )
+        assert gap["last_is_max"] is True
+        assert gap["us"] >= wait * 1_000_000
+        assert assembled(svc.http_url, "complete") == 1
+        assert (
+            wait_for(lambda: in_flight(svc.http_url), lambda v: v == 0, what="in-flight gauge back to 0") == 0
+        )
+
+
+def test_in_flight_gauge_is_exact_right_after_an_assembly(tmp_path: Path) -> None:
+    # A long poll interval keeps the gauge value of the round that assembled the trace visible for
+    # a second: it must say 0 traces waiting, not a negative count.
+    cfg = make_config(tmp_path, assembler=assembler(poll_interval=1.0))
+    with BackgroundService(cfg) as svc:
+        send(svc.http_url, trace_id_of(1), rag_spans())
+        wait_traces(svc, 1)
+        assert in_flight(svc.http_url) == 0
+
+
+def _nested_trace() -> list[S]:
+    """root -> pipeline chain -> (retrieval, llm wrapper -> llm client span): five spans, four steps."""
+    messages = [{"role": "user", "parts": [{"type": "text", "content": QUESTION}]}]
+    output = [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
+    llm = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.usage.input_tokens": 100,
+        "gen_ai.usage.output_tokens": 20,
+    }
+    return [
+        S(1, None, "rag.request", 0, 60, {"rag.step": "chain", "rag.question": QUESTION}),
+        S(2, 1, "pipeline", 1, 59, {"rag.step": "chain"}),
+        S(
+            3,
+            2,
+            "retrieval kb",
+            2,
+            10,
+            {
+                "gen_ai.operation.name": "retrieval",
+                "gen_ai.retrieval.query.text": QUESTION,
+                "gen_ai.retrieval.documents": json.dumps(DOCS),
+            },
+        ),
+        S(4, 2, "generate", 11, 58, {**llm, "gen_ai.input.messages": json.dumps(messages)}),
+        S(5, 4, "chat gpt-4o-mini", 12, 57, {**llm, "gen_ai.output.messages": json.dumps(output)}),
+    ]
+
+
+def _rows_without_ids(svc: Service, tid: str) -> dict[str, list[dict[str, Any]]]:
+    traces = query(
+        svc,
+        f"SELECT * EXCLUDE (trace_id, assembled_at, last_received_at) FROM traces WHERE trace_id = '{tid}'",
+    )
+    steps = query(svc, f"SELECT * EXCLUDE (trace_id) FROM steps WHERE trace_id = '{tid}' ORDER BY position")
+    documents = query(
+        svc,
+        f"SELECT * EXCLUDE (trace_id) FROM documents WHERE trace_id = '{tid}' ORDER BY span_id, stage, rank",
+    )
+    return {"traces": traces, "steps": steps, "documents": documents}
+
+
+def test_out_of_order_exports_give_the_same_rows_as_in_order(tmp_path: Path) -> None:
+    with BackgroundService(make_config(tmp_path, assembler=assembler(decision_wait=0.5))) as svc:
+        spans = {s.span_id: s for s in _nested_trace()}
+        base = time.time_ns()
+        in_order, shuffled = trace_id_of(1), trace_id_of(2)
+        for span_id in (1, 2, 3, 4, 5):  # parents before children, one export each
+            send(svc.http_url, in_order, [spans[span_id]], base)
+        for group in ([5], [3], [1], [2, 4]):  # leaves first, the root before its direct child
+            send(svc.http_url, shuffled, [spans[i] for i in group], base)
+        wait_traces(svc, 2)
+
+        expected = _rows_without_ids(svc, in_order)
+        (trace,) = expected["traces"]
+        assert (trace["span_count"], trace["step_count"], trace["assembly_count"]) == (5, 4, 1)
+        assert (trace["input_tokens"], trace["output_tokens"]) == (100, 20)  # inner span not counted twice
+        assert [s["kind"] for s in expected["steps"]] == ["chain", "chain", "retrieval", "llm"]
+        assert sorted(expected["steps"][3]["span_ids"]) == [span_hex(4), span_hex(5)]
+        assert [d["doc_id"] for d in expected["documents"]] == ["refunds", "shipping", "returns"]
+        assert _rows_without_ids(svc, shuffled) == expected
+
+
+def test_trace_without_root_is_assembled_at_max_wait_from_its_earliest_orphan(tmp_path: Path) -> None:
+    max_wait = 1.0
+    with BackgroundService(make_config(tmp_path, assembler=assembler(max_wait=max_wait))) as svc:
+        tid = trace_id_of(1)
+        # Parents 0xaa and 0xbb never arrive; orphan 2 starts before orphan 1; 3 is a child of 1.
+        orphans = [
+            S(1, 0xAA, "retrieval kb", 5, 20, rag_spans()[1].attrs),
+            S(2, 0xBB, "pipeline", 2, 30, {"rag.step": "chain", "rag.question": QUESTION}),
+            S(3, 1, "inner", 6, 19, {"rag.step": "chain"}),
+        ]
+        base = time.time_ns()
+        send(svc.http_url, tid, orphans[:2], base)
+        send(svc.http_url, tid, orphans[2:], base)
+        (row,) = wait_traces(svc, 1, timeout=max_wait + 10)
+        assert row["root_span_id"] == span_hex(2)
+        assert (row["assembly_reason"], row["span_count"]) == ("max_wait", 3)
+        assert row["question"] == QUESTION
+        (gap,) = query(
+            svc,
+            "SELECT epoch_us(t.assembled_at) - (SELECT min(epoch_us(received_at)) FROM spans) AS us "
+            "FROM traces t",
+        )
+        assert gap["us"] >= max_wait * 1_000_000
+        assert assembled(svc.http_url, "max_wait") == 1
+        assert assembled(svc.http_url, "complete") == 0
+
+
+# --------------------------------------------------------------------------- late spans
+
+
+def _trace_summary(svc: Service, tid: str) -> dict[str, Any]:
+    (row,) = query(
+        svc,
+        "SELECT t.assembly_count, t.assembly_reason, t.span_count, t.step_count, t.input_tokens, "
+        "t.output_tokens, "
+        f"(SELECT count(*) FROM traces WHERE trace_id = '{tid}') AS trace_rows, "
+        f"(SELECT count(*) FROM steps WHERE trace_id = '{tid}') AS steps, "
+        f"(SELECT count(DISTINCT span_id) FROM steps WHERE trace_id = '{tid}') AS distinct_steps, "
+        f"(SELECT count(*) FROM documents WHERE trace_id = '{tid}') AS documents, "
+        f"(SELECT sum(input_tokens) FROM steps WHERE trace_id = '{tid}' AND kind = 'llm') AS step_input "
+        f"FROM traces t WHERE t.trace_id = '{tid}'",
+    )
+    return row
+
+
+def test_late_span_reassembles_the_trace_in_place(tmp_path: Path) -> None:
+    # max_wait is short: this test is about the rows a re-assembly writes, not about when it runs
+    # (test_late_span_is_reassembled_after_decision_wait).
+    with BackgroundService(make_config(tmp_path, assembler=assembler(max_wait=1.0))) as svc:
+        tid, other = trace_id_of(1), trace_id_of(2)
+        spans = rag_spans()
+        base = time.time_ns()
+        send(svc.http_url, tid, spans, base)
+        wait_traces(svc, 1)
+        first = _trace_summary(svc, tid)
+        assert first == {
+            "assembly_count": 1,
+            "assembly_reason": "complete",
+            "span_count": 3,
+            "step_count": 3,
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "trace_rows": 1,
+            "steps": 3,
+            "distinct_steps": 3,
+            "documents": 3,
+            "step_input": 100,
+        }
+
+        # A new LLM span of the assembled trace, in the same export as a new trace without its root:
+        # both wait max_wait, so one round re-reads the first from the store and takes the second
+        # from memory.
+        request = otlp_request(tid, [late_llm_span()], base)
+        request.resource_spans.extend(otlp_request(other, rag_spans()[1:], base).resource_spans)
+        post(svc.http_url, request)
+        wait_for(lambda: _trace_summary(svc, tid), lambda r: r["assembly_count"] == 2, what="re-assembly")
+        second = _trace_summary(svc, tid)
+        assert second == {
+            **first,
+            "assembly_count": 2,
+            "assembly_reason": "late_span",
+            "span_count": 4,
+            "step_count": 4,
+            "input_tokens": 107,
+            "output_tokens": 23,
+            "steps": 4,
+            "distinct_steps": 4,
+            "step_input": 107,
+        }
+        (new_trace,) = wait_traces(svc, 1, f"trace_id = '{other}'")
+        assert (new_trace["assembly_reason"], new_trace["span_count"]) == ("max_wait", 2)
+
+        # The retrieval span sent again (an exporter retry): stored twice, counted once.
+        send(svc.http_url, tid, [spans[1]], base)
+        wait_for(
+            lambda: _trace_summary(svc, tid), lambda r: r["assembly_count"] == 3, what="second re-assembly"
+        )
+        assert count(svc, f"SELECT count(*) AS n FROM spans WHERE trace_id = '{tid}'") == 5
+        assert _trace_summary(svc, tid) == {**second, "assembly_count": 3}
+        assert assembled(svc.http_url, "late_span") == 2
+        assert assembled(svc.http_url, "complete") == 1
+        assert assembled(svc.http_url, "max_wait") == 1
+
+
+def test_late_span_is_reassembled_after_decision_wait(tmp_path: Path) -> None:
+    # The root of an assembled trace is already stored, so a late child span completes the trace
+    # again as soon as it has been idle decision_wait; max_wait is for traces whose root is missing.
+    max_wait = 10.0
+    with BackgroundService(make_config(tmp_path, assembler=assembler(max_wait=max_wait))) as svc:
+        tid = trace_id_of(1)
+        base = time.time_ns()
+        send(svc.http_url, tid, rag_spans(), base)
+        wait_traces(svc, 1)
+        send(svc.http_url, tid, [late_llm_span()], base)
+        started = time.monotonic()
+        wait_for(
+            lambda: _trace_summary(svc, tid),
+            lambda r: r["assembly_count"] == 2,
+            timeout=max_wait / 2,
+            what="re-assembly well before max_wait",
+        )
+        assert time.monotonic() - started < max_wait / 2
+        assert _trace_summary(svc, tid)["assembly_reason"] == "late_span"
+
+
+def test_late_span_of_a_trace_assembled_before_a_restart_waits_only_decision_wait(tmp_path: Path) -> None:
+    # The same after a restart: the store, not this process's memory, says the root arrived.
+    max_wait = 10.0
+    tid = trace_id_of(1)
+    base = time.time_ns()
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        send(svc.http_url, tid, rag_spans(), base)
+        wait_traces(svc, 1)
+    with BackgroundService(make_config(tmp_path, assembler=assembler(max_wait=max_wait))) as svc:
+        send(svc.http_url, tid, [late_llm_span()], base)
+        wait_for(
+            lambda: _trace_summary(svc, tid),
+            lambda r: r["assembly_count"] == 2,
+            timeout=max_wait / 2,
+            what="re-assembly well before max_wait",
+        )
+        summary = _trace_summary(svc, tid)
+        assert (summary["assembly_reason"], summary["span_count"], summary["trace_rows"]) == (
+            "late_span",
+            4,
+            1,
+        )
+        assert (summary["input_tokens"], summary["documents"]) == (107, 3)
+
+
+# --------------------------------------------------------------------------- size and pressure
+
+
+def test_ten_thousand_span_trace_is_one_row(tmp_path: Path) -> None:
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        tid = trace_id_of(1)
+        base = time.time_ns()
+        spans = [S(1, None, "rag.request", 0, 10_000, {"rag.question": QUESTION})]
+        next_id = 2
+        for chain in range(99):  # 99 chains of 100 spans each: one chat leaf and 99 plain leaves
+            chain_id = next_id
+            spans.append(S(chain_id, 1, f"stage {chain}", chain * 100, chain * 100 + 99))
+            next_id += 1
+            for leaf in range(100):
+                attrs: dict[str, Any] = {"leaf": leaf}
+                if leaf == 0:
+                    attrs = {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.usage.input_tokens": 2,
+                        "gen_ai.usage.output_tokens": 1,
+                    }
+                start = chain * 100 + leaf * 0.5
+                spans.append(S(next_id, chain_id, f"work {leaf}", start, start + 0.4, attrs))
+                next_id += 1
+        assert len(spans) == 10_000
+        children, root = spans[1:], spans[0]
+        for start in range(0, len(children), 2_500):  # four exports, then the root alone
+            send(svc.http_url, tid, children[start : start + 2_500], base)
+        send(svc.http_url, tid, [root], base)
+
+        (row,) = wait_traces(svc, 1, timeout=60)
+        assert (row["span_count"], row["step_count"]) == (10_000, 10_000)
+        assert (row["assembly_reason"], row["assembly_count"]) == ("complete", 1)
+        assert (row["input_tokens"], row["output_tokens"]) == (198, 99)
+        assert count(svc, f"SELECT count(*) AS n FROM steps WHERE trace_id = '{tid}'") == 10_000
+        assert count(svc, "SELECT count(*) AS n FROM steps WHERE kind = 'llm'") == 99
+
+
+def test_max_traces_pressure_assembles_the_oldest_early(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, assembler=assembler(decision_wait=60, max_wait=120, max_traces=5))
+    with BackgroundService(cfg) as svc:
+        sent = [trace_id_of(n) for n in range(20)]
+        gauge = []
+        for tid in sent:
+            send(svc.http_url, tid, rag_spans())
+            time.sleep(0.02)
+            gauge.append(in_flight(svc.http_url))
+        rows = wait_traces(svc, 15)
+        time.sleep(0.3)  # a few more rounds: nothing else may be assembled
+        rows = traces_rows(svc)
+        assert [r["trace_id"] for r in rows] == sent[:15]
+        assert {r["assembly_reason"] for r in rows} == {"pressure"}
+        assert all(0 <= g <= 5 for g in gauge), gauge
+        assert in_flight(svc.http_url) == 5
+        assert assembled(svc.http_url, "pressure") == 15
+        assert assembled(svc.http_url, "complete") == 0
+        # The five newest are still waiting, each a whole trace.
+        pending = query(
+            svc,
+            "SELECT trace_id, count(*) AS n FROM spans WHERE trace_id NOT IN (SELECT trace_id FROM traces) "
+            "GROUP BY trace_id ORDER BY trace_id",
+        )
+        assert pending == [{"trace_id": t, "n": 3} for t in sent[15:]]
+
+
+# --------------------------------------------------------------------------- restarts
+
+
+def _file_rows(db: Path, q: str) -> list[tuple[Any, ...]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(q).fetchall()
+    finally:
+        con.close()
+
+
+def test_spans_stored_with_the_assembler_off_are_assembled_on_the_next_start(tmp_path: Path) -> None:
+    sent = [trace_id_of(n) for n in range(3)]
+    with BackgroundService(make_config(tmp_path, assembler={"enabled": False})) as svc:
+        for tid in sent:
+            send(svc.http_url, tid, rag_spans())
+        time.sleep(0.5)
+        assert count(svc, "SELECT count(*) AS n FROM spans") == 9
+        assert traces_rows(svc) == []
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        rows = wait_traces(svc, 3)
+        assert [r["trace_id"] for r in rows] == sent
+        assert {(r["assembly_reason"], r["assembly_count"], r["question"]) for r in rows} == {
+            ("recovery", 1, QUESTION)
+        }
+        assert count(svc, "SELECT count(*) AS n FROM documents") == 9
+        assert assembled(svc.http_url, "recovery") == 3
+
+
+def test_stop_before_decision_wait_then_restart_assembles_and_reassembles(tmp_path: Path) -> None:
+    db = tmp_path / "ragpulse.duckdb"
+    first, second = trace_id_of(1), trace_id_of(2)
+    base = time.time_ns()
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        send(svc.http_url, first, rag_spans(), base)
+        wait_traces(svc, 1)
+    # A late span of the assembled trace and a new trace, then a stop long before decision_wait.
+    with BackgroundService(make_config(tmp_path, assembler=assembler(decision_wait=60))) as svc:
+        send(svc.http_url, first, [late_llm_span()], base)
+        send(svc.http_url, second, rag_spans(), base)
+    assert _file_rows(db, "SELECT trace_id, assembly_count, span_count FROM traces") == [(first, 1, 3)]
+    assert _file_rows(db, "SELECT count(*) FROM spans") == [(7,)]
+
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        wait_for(
+            lambda: traces_rows(svc),
+            lambda rows: len(rows) == 2 and rows[0]["assembly_count"] == 2,
+            what="recovery of both traces",
+        )
+        rows = {r["trace_id"]: r for r in traces_rows(svc)}
+        assert (rows[first]["assembly_reason"], rows[first]["span_count"]) == ("recovery", 4)
+        assert (rows[first]["input_tokens"], rows[first]["output_tokens"]) == (107, 23)
+        assert (rows[second]["assembly_reason"], rows[second]["assembly_count"]) == ("recovery", 1)
+        assert count(svc, f"SELECT count(*) AS n FROM steps WHERE trace_id = '{first}'") == 4
+        assert count(svc, f"SELECT count(*) AS n FROM documents WHERE trace_id = '{first}'") == 3
+        assert assembled(svc.http_url, "recovery") == 2
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Server:
+    """`ragpulse serve` as a subprocess; assembler settings through RAGPULSE_ASSEMBLER__* variables."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.log = db.parent / "serve.log"
+        self.http_port = _free_port()
+        self.grpc_port = _free_port()
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, **assembler_env: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
+        env.update({f"RAGPULSE_ASSEMBLER__{k.upper()}": v for k, v in assembler_env.items()})
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    str(RAGPULSE),
+                    "serve",
+                    "--db",
+                    str(self.db),
+                    "--grpc-port",
+                    str(self.grpc_port),
+                    "--http-port",
+                    str(self.http_port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.db.parent,
+                env={**env, "PYTHONUNBUFFERED": "1"},
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"ragpulse serve exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        pytest.fail(f"ragpulse serve did not become healthy:\n{self.log.read_text()}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        assert self.proc.wait(10) == -signal.SIGKILL
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[_Server]:
+    srv = _Server(tmp_path / "ragpulse.duckdb")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_sigkill_after_acknowledgement_before_assembly_loses_no_trace(server: _Server) -> None:
+    server.start(decision_wait="60", workers="0")
+    sent = [trace_id_of(n) for n in range(30)]
+    for tid in sent:
+        send(server.url, tid, rag_spans())  # 200 = committed
+    assert count(server.url, "SELECT count(DISTINCT trace_id) AS n FROM spans") == 30
+    assert traces_rows(server.url) == []
+    server.kill()
+
+    # The restart maps in the worker process, the default.
+    server.start(decision_wait="0.3")
+    rows = wait_traces(server.url, 30, timeout=30)
+    assert [r["trace_id"] for r in rows] == sent
+    assert {(r["assembly_reason"], r["assembly_count"], r["span_count"]) for r in rows} == {
+        ("recovery", 1, 3)
+    }
+    assert count(server.url, "SELECT count(*) AS n FROM documents") == 90
+    assert assembled(server.url, "recovery") == 30
+
+
+# --------------------------------------------------------------------------- shapes the mapper cannot read
+
+
+def test_plain_spans_are_an_unknown_convention_trace(tmp_path: Path) -> None:
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        plain, rag = trace_id_of(1), trace_id_of(2)
+        send(
+            svc.http_url,
+            plain,
+            [
+                S(1, None, "GET /search", 0, 30, {"http.request.method": "GET", "http.route": "/search"}),
+                S(2, 1, "SELECT products", 2, 12, {"db.system": "postgresql", "db.statement": "SELECT 1"}),
+                S(3, 1, "render", 13, 29, {"template": "results.html"}, error=True),
+            ],
+        )
+        send(svc.http_url, rag, rag_spans())
+        rows = {r["trace_id"]: r for r in wait_traces(svc, 2)}
+        assert rows[plain]["convention"] == "unknown"
+        assert (rows[plain]["span_count"], rows[plain]["status"]) == (3, "error")
+        assert rows[plain]["mapping_error"] is None
+        assert rows[rag]["convention"] == "ragpulse"
+        kinds = query(svc, f"SELECT DISTINCT kind FROM steps WHERE trace_id = '{plain}'")
+        assert kinds == [{"kind": "chain"}]
+        assert metric(svc.http_url, "ragpulse_traces_unknown_convention_total") == 1
+        assert assembled(svc.http_url, "complete") == 2
+
+
+def test_invalid_json_in_attributes_still_assembles(tmp_path: Path) -> None:
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        tid = trace_id_of(1)
+        send(
+            svc.http_url,
+            tid,
+            [
+                S(
+                    1,
+                    None,
+                    "rag.request",
+                    0,
+                    40,
+                    {"rag.question": "q?", "input.value": '{"query": ', "traceloop.entity.output": "[1, 2"},
+                ),
+                S(
+                    2,
+                    1,
+                    "retrieval kb",
+                    1,
+                    10,
+                    {
+                        "gen_ai.operation.name": "retrieval",
+                        "gen_ai.retrieval.query.text": "q?",
+                        "gen_ai.retrieval.documents": '[{"id": "d1", "content": "abc"',
+                        "output.value": "{'documents': [",
+                    },
+                ),
+                S(
+                    3,
+                    1,
+                    "chat",
+                    11,
+                    39,
+                    {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.input.messages": '{"role": "user", "parts": [',
+                        "gen_ai.output.messages": "not json ]",
+                        "llm.invocation_parameters": "{bad",
+                        "langfuse.observation.usage_details": "{'input': 3,",
+                        "gen_ai.usage.input_tokens": "12x",
+                    },
+                ),
+            ],
+        )
+        (row,) = wait_traces(svc, 1)
+        assert row["mapping_error"] is None
+        assert (row["question"], row["convention"], row["span_count"]) == ("q?", "ragpulse", 3)
+        assert row["input_tokens"] is None
+        steps = query(svc, "SELECT kind, query FROM steps ORDER BY position")
+        assert steps == [
+            {"kind": "chain", "query": None},
+            {"kind": "retrieval", "query": "q?"},
+            {"kind": "llm", "query": None},
+        ]
+        assert count(svc, "SELECT count(*) AS n FROM documents") == 0
+
+
+def test_token_counts_at_the_int64_limit_do_not_block_assembly(tmp_path: Path) -> None:
+    # OTLP ints are int64: the largest ones are valid on the wire. Their sum must not make the
+    # round that holds the trace fail (it would take every other trace of the round with it).
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        big, normal = trace_id_of(1), trace_id_of(2)
+        spans = rag_spans(tokens=(2**63 - 1, 2**63 - 1))
+        request = otlp_request(big, spans, time.time_ns())
+        request.resource_spans.extend(otlp_request(normal, rag_spans(), time.time_ns()).resource_spans)
+        post(svc.http_url, request)
+        rows = {r["trace_id"]: r for r in wait_traces(svc, 2, timeout=5)}
+        assert rows[normal]["input_tokens"] == 100
+        assert rows[big]["span_count"] == 3
+        assert metric(svc.http_url, "ragpulse_assembly_errors_total") == 0
+
+
+# --------------------------------------------------------------------------- golden cases
+
+
+def _sdk_tracer(url: str, service_name: str) -> TracerProvider:
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces")))
+    return provider
+
+
+def _request_with_sdk(provider: TracerProvider, question: str, case_id: str | None = None) -> str:
+    tracer = provider.get_tracer("golden-test")
+    with emit.request(tracer, question, case_id=case_id) as req:
+        with emit.retrieval(tracer, question, data_source="kb") as step:
+            step.documents(DOCS)
+        with emit.chat(tracer, model="gpt-4o-mini", provider="openai") as chat:
+            chat.messages([{"role": "user", "content": question}])
+            chat.output(ANSWER, input_tokens=50, output_tokens=10)
+        req.answer(ANSWER)
+        return f"{req.span.get_span_context().trace_id:032x}"
+
+
+def test_traces_match_golden_cases_by_question_or_case_id(tmp_path: Path) -> None:
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        response = httpx.post(
+            f"{svc.http_url}/api/cases",
+            json={
+                "source": "golden.yaml",
+                "cases": [
+                    {
+                        "id": "refund-window",
+                        "question": "What is the refund window?",
+                        "expected_documents": ["refunds", "returns"],
+                        "expected_answer": "30 days",
+                    },
+                    {"id": "shipping", "question": "How fast do you ship?"},
+                ],
+            },
+            timeout=10,
+        )
+        assert response.status_code == 200, response.text
+        assert response.json() == {"loaded": 2}
+
+        provider = _sdk_tracer(svc.http_url, "golden-app")
+        try:
+            by_question = _request_with_sdk(provider, "  what is the REFUND window?? ")
+            by_id = _request_with_sdk(provider, "Something else entirely", case_id="refund-window")
+            unknown_id = _request_with_sdk(provider, "What is the refund window?", case_id="no-such-case")
+            no_match = _request_with_sdk(provider, "Can I pay with a card?")
+        finally:
+            provider.shutdown()
+        rows = {r["trace_id"]: r for r in wait_traces(svc, 4)}
+
+        def expectation(tid: str) -> tuple[Any, ...]:
+            row = rows[tid]
+            docs = row["expected_documents"]
+            docs = json.loads(docs) if isinstance(docs, str) else docs
+            return row["case_id"], row["case_match"], docs, row["expected_answer"]
+
+        assert expectation(by_question) == ("refund-window", "question", ["refunds", "returns"], "30 days")
+        assert expectation(by_id) == ("refund-window", "case_id", ["refunds", "returns"], "30 days")
+        assert expectation(unknown_id) == ("no-such-case", None, None, None)
+        assert expectation(no_match) == (None, None, None, None)
+        assert rows[by_question]["service_name"] == "golden-app"
+        assert rows[by_question]["convention"] == "ragpulse"
