@@ -100,9 +100,10 @@ def report_assembly(
         time.sleep(0.1)
         done = count_rows(url, "traces")
     finished = time.perf_counter()
-    rate = done * 4 / max(finished - started - decision_wait, 1e-9)
+    busy = finished - started - decision_wait
+    rate = f"{done * 4 / busy:.0f} spans/s" if busy > 1 else "n/a (decision_wait longer than the run)"
     print(
-        f"end to end: {rate:.0f} spans/s stored and assembled (spans / (time to the last trace assembled "
+        f"end to end: {rate} stored and assembled (spans / (time to the last trace assembled "
         f"- decision_wait)); backlog when the last span was stored: {traces - at_persisted} traces, "
         f"drained in {finished - persisted_at:.1f} s"
     )
