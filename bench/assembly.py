@@ -27,7 +27,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--traces", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=100, help="traces per batch (4 spans each)")
-    parser.add_argument("--workers", type=int, default=1, choices=[0, 1])
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--load-tool", type=Path, default=DEFAULT_LOAD_TOOL)
     args = parser.parse_args()
 

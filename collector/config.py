@@ -58,9 +58,9 @@ class AssemblerConfig(_Section):
     max_wait: float = Field(60.0, gt=0)
     max_traces: int = Field(50_000, gt=0)
     poll_interval: float = Field(0.25, gt=0, le=10)
-    # Processes that map traces beside the service (0: map in the assembler thread). One is
-    # enough on two cores: it takes mapping off the GIL the receivers need.
-    workers: int = Field(1, ge=0, le=1)
+    # Processes that map traces beside the service (0: map in the assembler thread). Mapping is
+    # pure Python; in its own processes it does not compete with the receivers for the GIL.
+    workers: int = Field(1, ge=0, le=16)
     enabled: bool = True
 
 

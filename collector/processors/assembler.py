@@ -97,7 +97,7 @@ class TraceAssembler:
         self._in_flight: deque[tuple[_Prepared, Future[MapResult]]] = deque()
         if config.workers:
             # spawn, not fork: this process runs gRPC and DuckDB threads.
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(config.workers, mp_context=multiprocessing.get_context("spawn"))
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="ragpulse-assembler", daemon=True)
@@ -105,11 +105,13 @@ class TraceAssembler:
     # ------------------------------------------------------------------ interface
 
     def on_commit(self, batch: SpanBatch) -> None:
-        """Writer listener: hand over a committed batch (cheap; the work happens on our thread)."""
+        """Writer listener: hand over a committed batch (cheap; the work happens on our thread).
+
+        No wake-up: nothing can be assembled before decision_wait anyway, and a round per
+        `poll_interval` makes fewer, larger mapping jobs and store transactions than one per commit."""
         if batch.spans.num_rows or batch.events.num_rows:  # events alone: from /v1/logs
             with self._cond:
                 self._inbox.append(batch)
-                self._cond.notify()
 
     def refresh_cases(self) -> None:
         """Golden cases changed (`datasets load`): re-read them before the next assembly."""
@@ -275,7 +277,7 @@ class TraceAssembler:
             prepared = self._prepare(ready[start : start + ROUND_TRACES])
             if prepared is not None:
                 self._in_flight.append((prepared, self._submit(prepared.job)))
-            while len(self._in_flight) > (1 if self._pool is not None else 0):
+            while len(self._in_flight) > (self._config.workers if self._pool is not None else 0):
                 self._finish(*self._in_flight.popleft())
 
     def _finish_done(self) -> None:
@@ -324,7 +326,8 @@ class TraceAssembler:
 
     def _submit(self, job: MapJob) -> Future[MapResult]:
         if self._pool is not None:
-            if self._cases_sent != self._cases_version:
+            # One worker keeps the index it was sent; with several, any may take the job.
+            if self._cases_sent != self._cases_version or self._config.workers > 1:
                 job.cases = self._cases
                 self._cases_sent = self._cases_version
             try:
