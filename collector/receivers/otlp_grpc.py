@@ -7,6 +7,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -62,6 +63,23 @@ async def _committed(
     return outcome
 
 
+_Request = TypeVar("_Request", ExportTraceServiceRequest, ExportLogsServiceRequest)
+
+
+async def _decode(
+    message: type[_Request], raw: bytes, context: grpc.aio.ServicerContext, metrics: Metrics
+) -> _Request:
+    """Decode here, not in grpc: a bad body is INVALID_ARGUMENT, not UNKNOWN plus a logged traceback."""
+    try:
+        return message.FromString(raw)
+    except DecodeError as exc:
+        metrics.requests.labels(PROTOCOL, "invalid").inc()
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"request is not a valid {message.__name__}: {exc}"
+        )
+        raise  # not reached: abort raises
+
+
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, pipeline: IngestPipeline, metrics: Metrics, retry_after: float) -> None:
         self._pipeline = pipeline
@@ -84,14 +102,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         )
 
     async def export_bytes(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
-        """Decode here, not in grpc: a bad body is INVALID_ARGUMENT, not UNKNOWN plus a logged traceback."""
-        try:
-            request = ExportTraceServiceRequest.FromString(raw)
-        except DecodeError as exc:
-            self._metrics.requests.labels(PROTOCOL, "invalid").inc()
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"request is not a valid ExportTraceServiceRequest: {exc}"
-            )
+        request = await _decode(ExportTraceServiceRequest, raw, context, self._metrics)
         return await self.Export(request, context)
 
 
@@ -120,14 +131,7 @@ class _LogsService:
         )
 
     async def export_bytes(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportLogsServiceResponse:
-        """Decode here, not in grpc, as for traces."""
-        try:
-            request = ExportLogsServiceRequest.FromString(raw)
-        except DecodeError as exc:
-            self._metrics.requests.labels(PROTOCOL, "invalid").inc()
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"request is not a valid ExportLogsServiceRequest: {exc}"
-            )
+        request = await _decode(ExportLogsServiceRequest, raw, context, self._metrics)
         return await self.Export(request, context)
 
 
