@@ -663,3 +663,97 @@ def test_replay_errors_are_clear(tmp_path):
     assert_user_errors(runs)
     run = usage.result()
     assert run.code == 2 and "Traceback" not in run.err and "--server or --db" in run.err
+
+
+CASES_YAML = """\
+cases:
+  - id: refund-1
+    question: What is the refund window?
+    expected_documents: [refund-window]
+    expected_answer: 30 days.
+    tags: [refunds]
+  - id: 7
+    question: How long does shipping take?
+"""
+
+
+def cases_rows(db: Path, cwd: Path, *via: str) -> list[dict[str, Any]]:
+    query = (
+        "SELECT case_id, question, normalized_question, expected_documents, expected_answer, metadata "
+        "FROM cases ORDER BY case_id"
+    )
+    run = ragpulse("sql", query, *via, "--format", "json", cwd=cwd)
+    assert run.code == 0, run
+    rows: list[dict[str, Any]] = run.json()
+    return rows
+
+
+def test_datasets_load_into_a_file_replaces_by_id(tmp_path):
+    path = tmp_path / "cases.yaml"
+    path.write_text(CASES_YAML)
+    db = tmp_path / "cases.duckdb"
+    run = ragpulse("datasets", "load", str(path), "--db", str(db), cwd=tmp_path)
+    assert run.code == 0, run
+    assert run.out.strip() == f"loaded 2 case(s) from {path} into {db}"
+    # Loading a changed file again replaces cases with the same id instead of adding rows.
+    path.write_text(CASES_YAML.replace("30 days.", "Thirty days."))
+    assert ragpulse("datasets", "load", str(path), "--db", str(db), cwd=tmp_path).code == 0
+    assert cases_rows(db, tmp_path, "--db", str(db)) == [
+        {
+            "case_id": "7",  # a numeric id is kept as text
+            "question": "How long does shipping take?",
+            "normalized_question": "how long does shipping take",
+            "expected_documents": None,
+            "expected_answer": None,
+            "metadata": {},
+        },
+        {
+            "case_id": "refund-1",
+            "question": "What is the refund window?",
+            "normalized_question": "what is the refund window",
+            "expected_documents": ["refund-window"],
+            "expected_answer": "Thirty days.",
+            "metadata": {"tags": ["refunds"]},
+        },
+    ]
+
+
+def test_datasets_load_goes_through_the_advertised_server(server, tmp_path):
+    path = tmp_path / "cases.jsonl"
+    path.write_text(
+        '{"id": "srv-1", "question": "Do you price match?", "expected_documents": ["price-match"]}\n'
+    )
+    run = ragpulse("datasets", "load", str(path), "--db", str(server.db), cwd=tmp_path)
+    assert run.code == 0, run
+    assert run.out.strip() == f"loaded 1 case(s) from {path} into {server.url}"
+    rows = [r for r in cases_rows(server.db, tmp_path, "--server", server.url) if r["case_id"] == "srv-1"]
+    assert [(r["question"], r["expected_documents"]) for r in rows] == [
+        ("Do you price match?", ["price-match"])
+    ]
+
+
+def test_datasets_load_errors_are_clear(tmp_path):
+    missing_question = tmp_path / "bad.yaml"
+    missing_question.write_text("cases:\n  - {id: a}\n")
+    duplicate = tmp_path / "dup.yaml"
+    duplicate.write_text("- {id: a, question: q}\n- {id: a, question: r}\n")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"id": "a", "question": "q"}\n{not json\n')
+    db = str(tmp_path / "c.duckdb")
+    assert_user_errors(
+        [
+            (
+                spawn("datasets", "load", str(missing_question), "--db", db, cwd=tmp_path),
+                ("case 1", "question"),
+            ),
+            (spawn("datasets", "load", str(duplicate), "--db", db, cwd=tmp_path), ("duplicate id 'a'",)),
+            (
+                spawn("datasets", "load", str(broken), "--db", db, cwd=tmp_path),
+                ("broken.jsonl:2", "not valid JSON"),
+            ),
+            (
+                spawn("datasets", "load", str(tmp_path / "none.yaml"), "--db", db, cwd=tmp_path),
+                ("cannot read",),
+            ),
+        ]
+    )
