@@ -901,3 +901,32 @@ def test_traces_match_golden_cases_by_question_or_case_id(tmp_path: Path) -> Non
         assert expectation(no_match) == (None, None, None, None)
         assert rows[by_question]["service_name"] == "golden-app"
         assert rows[by_question]["convention"] == "ragpulse"
+
+
+# --------------------------------------------------------------------------- the mapping worker process
+
+
+def test_worker_process_maps_like_the_thread_and_survives_its_death(tmp_path: Path) -> None:
+    """`assembler.workers: 1` (the default in production) maps in a spawned process; the rows must be
+    the ones in-thread mapping gives, and a dead worker must cost no trace (mapping falls back to
+    the assembler thread)."""
+    rows = {}
+    base = time.time_ns() - 60_000_000_000  # one fixed start: rows compared across traces and services
+    for workers in (0, 1):
+        folder = tmp_path / f"workers-{workers}"
+        folder.mkdir()
+        with BackgroundService(make_config(folder, assembler=assembler(workers=workers))) as svc:
+            send(svc.http_url, trace_id_of(1), _nested_trace(), base)
+            wait_traces(svc, 1, timeout=30)  # the first job also waits for the spawn
+            rows[workers] = _rows_without_ids(svc, trace_id_of(1))
+            if workers:
+                pool = svc.assembler._pool if svc.assembler else None
+                assert pool is not None, "workers: 1 must map in a worker process"
+                for pid in list(pool._processes):  # the worker(s) of this service's pool
+                    os.kill(pid, signal.SIGKILL)
+                send(svc.http_url, trace_id_of(2), _nested_trace(), base)
+                (after,) = wait_traces(svc, 1, where=f"trace_id = '{trace_id_of(2)}'", timeout=30)
+                assert after["mapping_error"] is None
+                assert _rows_without_ids(svc, trace_id_of(2)) == rows[0]
+                assert svc.assembler is not None and svc.assembler._pool is None  # fell back to the thread
+    assert rows[1] == rows[0]
