@@ -1,0 +1,432 @@
+"""Deterministic retrieval metrics: hit, recall, precision, MRR, nDCG and MAP, at k or over the whole list.
+
+Two layers:
+
+- Pure functions over a ranked list of retrieved ids (`list[str | None]`, rank 1 first) and the
+  expected ids: `hit`, `recall`, `precision`, `mrr`, `ndcg`, `average_precision` (score name `map`).
+  `k=None` means the whole list. They return None when there are no expected ids (the reference is
+  absent: a null, never a 0 that would drag means down; metrics.md 7.7) and raise
+  `MissingDocumentIdError` when a retrieved document has no id.
+- The evaluator layer: `make_retrieval_evaluator(name, min)` checks a config entry such as
+  `{name: retrieval.recall@5, min: 0.8}` at start-up (ValueError for unknown names, bad k, a bad or
+  missing `min`) and returns a callable `RagTrace -> Score`; `evaluate_retrieval` does both at once.
+
+Conventions (DESIGN.md section 6, "Retrieval metric conventions"; metrics.md section 7):
+
+- Rank order as reported, never re-sorted by score (7.6: we accept ranked lists, so ties never arise).
+- Duplicates: each id counted once, the first occurrence kept, before any cut at k (7.5), so
+  `[a, a, b]` ranks b second and `precision@2` is 2/2 when both are expected.
+- precision@k divides by k, also when fewer than k documents were retrieved (7.4; trec_eval, ranx and
+  Phoenix). Whole-list precision divides by the number of (distinct) retrieved documents, as ranx does
+  for k=0; an empty ranking gives 0.
+- recall and AP divide by the number of distinct expected ids, retrievable within k or not (5.1).
+- MRR is cut at k: 1/rank of the first expected id within the top k, else 0 (5.1; ranx cuts too).
+- nDCG: DCG = sum of gain / log2(rank + 1); binary gains, or linear graded gains when `expected` is a
+  mapping id -> grade (7.9: linear, as trec_eval `ndcg_cut` and ranx `ndcg`); the ideal DCG sorts all
+  expected ids by gain and cuts at k, so expected documents that were never retrieved lower the
+  score (unlike Phoenix, which normalises by the retrieved labels only; 7.3).
+- An empty ranking (a retrieval that returned nothing, or no retrieval step at all) scores 0 on every
+  metric (5.2, trec_eval "all 0"): the expected documents were not found.
+- A retrieved document without an id is an error for retrieval metrics (DESIGN): anywhere in the
+  list, also past k, because an id-less document cannot be deduplicated or matched and the ranking
+  is then not the one the app produced.
+- No expected ids: `skipped` (label `no_expected_ids`) online; an `error` where the caller says the
+  reference is promised (`require_reference=True`, the `ragpulse eval` case).
+
+Which documents are "retrieved" for a trace: the documents of the trace's `retrieval` steps,
+concatenated in step order (each step's documents in its reported rank order), then deduplicated.
+DESIGN says "several retrieval steps are read in order", so these metrics measure what the
+retrievers returned; `rerank` steps are not read (a reranker's output is what `RagTrace.contexts`
+gives the context_* evaluators). A rank in evidence and explanations is the position in that
+combined, deduplicated ranking; with more than one retrieval step the evidence also names the step
+and the document's own rank there.
+
+Thresholds: `pass` when value >= `min`. DESIGN fixes "default 1 for hit; required for precision".
+It is silent on the others; they default to 1 as well (every expected document found, ranked
+first / ideally). 1 is reachable for hit, recall, MRR, nDCG and MAP whenever the expected ids fit in
+k, whereas precision@k can reach at most |expected| / k, which is why precision has no default.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from semconv.models import RagTrace
+
+from .scores import Score, ScoreItem
+
+Metric = Literal["hit", "recall", "precision", "mrr", "ndcg", "map"]
+METRICS: tuple[Metric, ...] = ("hit", "recall", "precision", "mrr", "ndcg", "map")
+DEFAULT_MIN: dict[Metric, float | None] = {
+    "hit": 1.0,
+    "recall": 1.0,
+    "precision": None,  # required: see the module docstring
+    "mrr": 1.0,
+    "ndcg": 1.0,
+    "map": 1.0,
+}
+NAME_PREFIX = "retrieval."
+_NAME = re.compile(r"retrieval\.(?P<metric>[a-z]+)(?:@(?P<k>[0-9]+))?")
+
+
+class MissingDocumentIdError(ValueError):
+    """A retrieved document has no id, so it cannot be matched against the expected ids."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(f"the retrieved document at position {position} has no id")
+        self.position = position  # 1-based, in the list as given (before deduplication)
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+def _check_k(k: int | None) -> None:
+    # bool is an int; `k=True` is a bug at the call site, not k=1.
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"k must be a positive integer or None (whole list), got {k!r}")
+
+
+def dedupe(retrieved: Sequence[str | None]) -> list[str]:
+    """The ranking with each id kept at its first occurrence; raises `MissingDocumentIdError`."""
+    seen: set[str] = set()
+    ranked: list[str] = []
+    for position, doc_id in enumerate(retrieved, start=1):
+        if doc_id is None:
+            raise MissingDocumentIdError(position)
+        if doc_id not in seen:
+            seen.add(doc_id)
+            ranked.append(doc_id)
+    return ranked
+
+
+def _prepare(
+    retrieved: Sequence[str | None], expected: Collection[str], k: int | None
+) -> tuple[list[str], frozenset[str]] | None:
+    """(top k of the deduplicated ranking, distinct expected ids), or None without expected ids."""
+    _check_k(k)
+    ranked = dedupe(retrieved)  # checks ids even when there is no reference, so bad input is loud
+    relevant = frozenset(expected)
+    if not relevant:
+        return None
+    return (ranked if k is None else ranked[:k]), relevant
+
+
+def hit(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
+    """1.0 when at least one expected id is in the top k, else 0.0."""
+    prepared = _prepare(retrieved, expected, k)
+    if prepared is None:
+        return None
+    window, relevant = prepared
+    return 1.0 if any(doc_id in relevant for doc_id in window) else 0.0
+
+
+def recall(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
+    """|expected ∩ top k| / |expected|."""
+    prepared = _prepare(retrieved, expected, k)
+    if prepared is None:
+        return None
+    window, relevant = prepared
+    return sum(1 for doc_id in window if doc_id in relevant) / len(relevant)
+
+
+def precision(
+    retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None
+) -> float | None:
+    """|expected ∩ top k| / k (k even when fewer were retrieved); whole list: / number retrieved."""
+    prepared = _prepare(retrieved, expected, k)
+    if prepared is None:
+        return None
+    window, relevant = prepared
+    hits = sum(1 for doc_id in window if doc_id in relevant)
+    denominator = k if k is not None else len(window)
+    return hits / denominator if denominator else 0.0
+
+
+def mrr(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
+    """1 / rank of the first expected id within the top k, else 0.0 (reciprocal rank of one query)."""
+    prepared = _prepare(retrieved, expected, k)
+    if prepared is None:
+        return None
+    window, relevant = prepared
+    for rank, doc_id in enumerate(window, start=1):
+        if doc_id in relevant:
+            return 1.0 / rank
+    return 0.0
+
+
+def average_precision(
+    retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None
+) -> float | None:
+    """AP@k = sum over expected ids at rank i <= k of precision@i, divided by |expected| (score `map`)."""
+    prepared = _prepare(retrieved, expected, k)
+    if prepared is None:
+        return None
+    window, relevant = prepared
+    hits = 0
+    total = 0.0
+    for rank, doc_id in enumerate(window, start=1):
+        if doc_id in relevant:
+            hits += 1
+            total += hits / rank
+    return total / len(relevant)
+
+
+def _gains(expected: Collection[str] | Mapping[str, float]) -> dict[str, float]:
+    """Gain per judged id: the grade for a mapping (grade <= 0: judged not relevant), else 1."""
+    if isinstance(expected, Mapping):
+        gains: dict[str, float] = {}
+        for doc_id, grade in expected.items():
+            grade = float(grade)
+            if not math.isfinite(grade) or grade < 0:
+                raise ValueError(f"relevance grade of {doc_id!r} must be a finite number >= 0, got {grade!r}")
+            if grade > 0:
+                gains[doc_id] = grade
+        return gains
+    return dict.fromkeys(expected, 1.0)
+
+
+def _discount(rank: int) -> float:
+    return math.log2(rank + 1)
+
+
+def dcg_parts(
+    retrieved: Sequence[str | None], expected: Collection[str] | Mapping[str, float], k: int | None = None
+) -> tuple[float, float] | None:
+    """(DCG@k, ideal DCG@k), or None without a relevant expected id. See `ndcg`."""
+    _check_k(k)
+    ranked = dedupe(retrieved)
+    gains = _gains(expected)
+    if not gains:
+        return None
+    window = ranked if k is None else ranked[:k]
+    dcg = sum(gains.get(doc_id, 0.0) / _discount(rank) for rank, doc_id in enumerate(window, start=1))
+    ideal = sorted(gains.values(), reverse=True)
+    if k is not None:
+        ideal = ideal[:k]
+    idcg = sum(gain / _discount(rank) for rank, gain in enumerate(ideal, start=1))
+    return dcg, idcg
+
+
+def ndcg(
+    retrieved: Sequence[str | None], expected: Collection[str] | Mapping[str, float], k: int | None = None
+) -> float | None:
+    """DCG@k / IDCG@k, log2 discount, ideal ranking of all expected ids (cut at k).
+
+    `expected` as a collection of ids gives binary gains; as a mapping id -> grade it gives linear
+    graded gains (grade 0 = judged not relevant; negative grades are refused).
+    """
+    parts = dcg_parts(retrieved, expected, k)
+    if parts is None:
+        return None
+    dcg, idcg = parts
+    # idcg > 0 whenever there is a positive gain; min() absorbs float noise at the ideal ranking.
+    return min(1.0, dcg / idcg)
+
+
+MetricFunction = Callable[[Sequence[str | None], Collection[str], int | None], float | None]
+METRIC_FUNCTIONS: dict[Metric, MetricFunction] = {
+    "hit": hit,
+    "recall": recall,
+    "precision": precision,
+    "mrr": mrr,
+    "ndcg": ndcg,
+    "map": average_precision,
+}
+
+
+# --------------------------------------------------------------------------- evaluator layer
+
+
+def parse_name(name: str) -> tuple[Metric, int | None]:
+    """`retrieval.recall@5` -> ("recall", 5); `retrieval.ndcg` -> ("ndcg", None). ValueError otherwise."""
+    match = _NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(
+            f"unknown retrieval score name {name!r}: expected retrieval.<metric> or retrieval.<metric>@<k> "
+            f"with metric one of {', '.join(METRICS)} and k a positive integer"
+        )
+    metric = match.group("metric")
+    if metric not in METRICS:
+        raise ValueError(f"unknown retrieval metric {metric!r} in {name!r}; known: {', '.join(METRICS)}")
+    k_text = match.group("k")
+    k = int(k_text) if k_text is not None else None
+    if k is not None and k < 1:
+        raise ValueError(f"k must be at least 1 in {name!r}")
+    return metric, k  # narrowed to Metric by the `in METRICS` check
+
+
+@dataclass(frozen=True, slots=True)
+class _Retrieved:
+    """A trace's combined ranking, with where each document came from (for evidence)."""
+
+    ranked: list[str]
+    origin: list[str]  # per ranked position: "" or " (step 2 'faq-search', rank 1)"
+    duplicates: int
+    steps: int
+
+
+def _read_trace(trace: RagTrace) -> _Retrieved | str:
+    """The trace's retrieval steps' documents in step order, deduplicated; or an error explanation."""
+    steps = trace.steps_of("retrieval")
+    several = len(steps) > 1
+    seen: set[str] = set()
+    ranked: list[str] = []
+    origin: list[str] = []
+    duplicates = 0
+    for step_number, step in enumerate(steps, start=1):
+        for doc in step.documents:
+            if doc.id is None:
+                where = f"step {step_number} ({step.name!r})" if several else f"step {step.name!r}"
+                return (
+                    f"the document at rank {doc.rank} of retrieval {where} has no id; retrieval metrics "
+                    "match document ids against the expected ids, so every retrieved document needs one"
+                )
+            if doc.id in seen:
+                duplicates += 1
+                continue
+            seen.add(doc.id)
+            ranked.append(doc.id)
+            origin.append(f" (step {step_number} {step.name!r}, rank {doc.rank})" if several else "")
+    return _Retrieved(ranked, origin, duplicates, len(steps))
+
+
+def _ranks(ids: list[str]) -> str:
+    return ", ".join(ids)
+
+
+@dataclass(frozen=True)
+class RetrievalEvaluator:
+    """One configured retrieval score (e.g. `retrieval.recall@5`, min 0.8); call it on a trace."""
+
+    name: str
+    metric: Metric
+    k: int | None
+    threshold: float
+    require_reference: bool = False
+
+    def __call__(self, trace: RagTrace) -> Score:
+        expected_list = list(dict.fromkeys(trace.expected_documents or ()))  # distinct, in given order
+        if not expected_list:
+            explanation = "the trace has no expected document ids to compare the retrieved documents with"
+            if self.require_reference:
+                return Score.fail_error(self.name, "no_expected_ids", explanation, threshold=self.threshold)
+            return Score.skip(self.name, "no_expected_ids", explanation, threshold=self.threshold)
+        read = _read_trace(trace)
+        if isinstance(read, str):
+            return Score.fail_error(self.name, "missing_document_id", read, threshold=self.threshold)
+        value = METRIC_FUNCTIONS[self.metric](read.ranked, expected_list, self.k)
+        items = self._items(read, expected_list)
+        return Score.judged(
+            self.name, value, self.threshold, explanation=self._explain(read, expected_list), items=items
+        )
+
+    def _cutoff(self, read: _Retrieved) -> int:
+        return len(read.ranked) if self.k is None else min(self.k, len(read.ranked))
+
+    def _items(self, read: _Retrieved, expected: list[str]) -> list[ScoreItem]:
+        """One item per expected id, then one per retrieved document that was not expected (in the window)."""
+        cutoff = self._cutoff(read)
+        position = {doc_id: i for i, doc_id in enumerate(read.ranked)}
+        relevant = set(expected)
+        items: list[ScoreItem] = []
+        for doc_id in expected:
+            i = position.get(doc_id)
+            if i is None:
+                items.append(ScoreItem(text=doc_id, ok=False, evidence="not retrieved"))
+            elif i < cutoff:
+                items.append(ScoreItem(text=doc_id, ok=True, evidence=f"rank {i + 1}{read.origin[i]}"))
+            else:
+                evidence = f"rank {i + 1}{read.origin[i]}, outside the top {self.k}"
+                items.append(ScoreItem(text=doc_id, ok=False, evidence=evidence))
+        for i, doc_id in enumerate(read.ranked[:cutoff]):
+            if doc_id not in relevant:
+                evidence = f"rank {i + 1}{read.origin[i]}, not an expected document"
+                items.append(ScoreItem(text=doc_id, ok=False, evidence=evidence))
+        return items
+
+    def _explain(self, read: _Retrieved, expected: list[str]) -> str:
+        k = self.k
+        n = len(read.ranked)
+        window = read.ranked if k is None else read.ranked[:k]
+        relevant = set(expected)
+        found = [(i + 1, doc_id) for i, doc_id in enumerate(window) if doc_id in relevant]
+        found_ids = {doc_id for _, doc_id in found}
+        missing = [doc_id for doc_id in expected if doc_id not in found_ids]
+        if n == 0:
+            why = "no retrieval step" if read.steps == 0 else "the retrieval returned nothing"
+            return f"no documents retrieved ({why}); expected: {_ranks(expected)}"
+        scope = f"the top {k}" if k is not None else f"the {n} retrieved documents"
+        if k is not None and n < k:
+            scope += f" (only {n} retrieved)"
+        at_ranks = ", ".join(str(rank) for rank, _ in found)
+        tail = f"; missing: {_ranks(missing)}" if missing else ""
+        if self.metric == "hit":
+            text = (
+                f"expected document {found[0][1]} at rank {found[0][0]} in {scope}"
+                if found
+                else f"none of the {len(expected)} expected documents in {scope}"
+            )
+        elif self.metric == "recall":
+            text = f"{len(found)} of {len(expected)} expected documents in {scope}{tail}"
+        elif self.metric == "precision":
+            denominator = k if k is not None else n
+            extra = [doc_id for doc_id in window if doc_id not in relevant]
+            text = f"{len(found)} of {denominator} ranks in {scope} hold an expected document"
+            if k is not None and n < k:
+                text += f" (precision@{k} divides by {k})"
+            if extra:
+                text += f"; not expected: {_ranks(extra)}"
+        elif self.metric == "mrr":
+            text = (
+                f"first expected document ({found[0][1]}) at rank {found[0][0]}"
+                if found
+                else f"no expected document in {scope}"
+            )
+        elif self.metric == "ndcg":
+            parts = dcg_parts(read.ranked, expected, k)
+            dcg, idcg = parts if parts is not None else (0.0, 0.0)
+            ranks = f"expected at ranks {at_ranks}" if found else f"no expected document in {scope}"
+            text = f"DCG {dcg:.3f} of ideal {idcg:.3f}; {ranks}{tail}"
+        else:  # map
+            ranks = f"expected at ranks {at_ranks}" if found else f"no expected document in {scope}"
+            text = f"average precision over {len(expected)} expected documents; {ranks}{tail}"
+        if read.duplicates:
+            text += f"; {read.duplicates} duplicate id(s) ignored (first occurrence kept)"
+        return text
+
+
+def make_retrieval_evaluator(
+    name: str, min: float | None = None, *, require_reference: bool = False
+) -> RetrievalEvaluator:
+    """Check a retrieval evaluator entry at config time and build it.
+
+    Raises ValueError for an unknown name, a bad k, a `min` outside 0..1, or precision without `min`.
+    `require_reference=True` turns "no expected ids" into an error (eval suites promise a reference).
+    """
+    metric, k = parse_name(name)
+    if min is None:
+        default = DEFAULT_MIN[metric]
+        if default is None:
+            raise ValueError(
+                f"{name} needs a `min` threshold: precision@k is at most (number of expected ids) / k, "
+                f"so there is no sensible default (e.g. {{name: {name}, min: 0.4}})"
+            )
+        threshold = default
+    else:
+        if isinstance(min, bool) or not isinstance(min, int | float) or not 0.0 <= float(min) <= 1.0:
+            raise ValueError(f"{name}: min must be a number between 0 and 1, got {min!r}")
+        threshold = float(min)
+    return RetrievalEvaluator(
+        name=name, metric=metric, k=k, threshold=threshold, require_reference=require_reference
+    )
+
+
+def evaluate_retrieval(
+    name: str, trace: RagTrace, min: float | None = None, *, require_reference: bool = False
+) -> Score:
+    """Score `trace` with the retrieval metric `name` (e.g. `retrieval.recall@5`) against `min`."""
+    return make_retrieval_evaluator(name, min, require_reference=require_reference)(trace)
