@@ -6,6 +6,10 @@
         client.chat.completions.create(model="gpt-4o-mini", messages=[...])
         assert stub.requests[0].json["model"] == "gpt-4o-mini"
 
+Faults for judge tests: `delay` (slow replies, timeouts), `status` with `headers` (429 + Retry-After,
+500), `finish_reason="length"` (truncated), `refusal`, and any malformed `content`. `max_in_flight`
+records the most chat requests answered at once.
+
 Replies come from a FIFO queue (`reply()`), else from `responder(request)` when one is set; with
 neither, the server answers 500 so that a test that forgot to script a reply fails loudly instead of
 receiving an invented answer. Every request is recorded (`requests`), replies included.
@@ -44,6 +48,12 @@ class ChatReply:
     response_id: str | None = None
     # A raw JSON body to send as is (overrides everything above but `status`).
     raw: dict[str, Any] | None = None
+    # Seconds to wait before answering (a slow model, or one that outlasts the client's timeout).
+    delay: float = 0.0
+    # Extra response headers, e.g. {"Retry-After": "1"} on a 429.
+    headers: dict[str, str] = field(default_factory=dict)
+    # `message.refusal` (the structured-output refusal field); content is usually None with it.
+    refusal: str | None = None
 
 
 @dataclass
@@ -78,6 +88,9 @@ class OpenAIStub:
         self._lock = threading.Lock()
         self._counter = 0
         self._server: ThreadingHTTPServer | None = None
+        # Chat requests being answered right now, and the most seen at once (concurrency-limit tests).
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._thread: threading.Thread | None = None
 
     # -- scripting -------------------------------------------------------------------------------------
@@ -124,7 +137,16 @@ class OpenAIStub:
                     stub.requests.append(request)
                 path = self.path.split("?", 1)[0]
                 if path.endswith("/chat/completions"):
-                    stub._chat(self, request)
+                    with stub._lock:
+                        stub.in_flight += 1
+                        stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+                    try:
+                        stub._chat(self, request)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # the client gave up (a timeout test): nothing to answer
+                    finally:
+                        with stub._lock:
+                            stub.in_flight -= 1
                 elif path.endswith("/embeddings"):
                     stub._embeddings(self, request)
                 else:
@@ -134,7 +156,11 @@ class OpenAIStub:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="openai-stub", daemon=True)
+        # A short poll interval: stop() waits up to one interval, and the default 0.5 s adds up over tests.
+        server = self._server
+        self._thread = threading.Thread(
+            target=lambda: server.serve_forever(poll_interval=0.05), name="openai-stub", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -174,6 +200,8 @@ class OpenAIStub:
     def _chat(self, handler: BaseHTTPRequestHandler, request: RecordedRequest) -> None:
         reply = self._next_reply(request)
         request.reply = reply
+        if reply is not None and reply.delay > 0:
+            time.sleep(reply.delay)
         if reply is None:
             self._send_json(
                 handler, 500, {"error": {"message": "OpenAIStub: no scripted reply", "type": "stub"}}
@@ -181,7 +209,10 @@ class OpenAIStub:
             return
         if reply.status != 200:
             self._send_json(
-                handler, reply.status, {"error": {"message": reply.error_message, "type": "stub"}}
+                handler,
+                reply.status,
+                {"error": {"message": reply.error_message, "type": "stub"}},
+                reply.headers,
             )
             return
         body = request.json if isinstance(request.json, dict) else {}
@@ -194,9 +225,9 @@ class OpenAIStub:
             self._stream(handler, reply, model, response_id, include_usage)
             return
         if reply.raw is not None:
-            self._send_json(handler, 200, reply.raw)
+            self._send_json(handler, 200, reply.raw, reply.headers)
             return
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": reply.refusal}
         if reply.tool_calls:
             message["tool_calls"] = reply.tool_calls
         self._send_json(
@@ -213,6 +244,7 @@ class OpenAIStub:
                 "usage": self._usage(reply),
                 "system_fingerprint": "fp_stub",
             },
+            reply.headers,
         )
 
     @staticmethod
@@ -283,10 +315,14 @@ class OpenAIStub:
         )
 
     @staticmethod
-    def _send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+    def _send_json(
+        handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
         handler.end_headers()
         handler.wfile.write(data)
