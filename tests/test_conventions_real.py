@@ -15,6 +15,7 @@ where a library drops something (OpenLLMetry drops `Document.id`) the test says 
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -706,10 +707,39 @@ def test_langfuse_langchain_callback_rag(
     assert_langchain_llm_step(llm)
 
 
+@pytest.fixture
+def langfuse_openai() -> Iterator[Any]:
+    """`langfuse.openai`, whose import wraps the `openai` client's methods process-wide (wrapt): the
+    wrappers are taken off again afterwards, so later tests (the judge client's) call the real
+    client."""
+    import openai
+
+    stream_iter, async_stream_aiter = openai.Stream.__iter__, openai.AsyncStream.__aiter__
+    from langfuse import openai as langfuse_openai_module
+
+    try:
+        yield langfuse_openai_module
+    finally:
+        for resource in langfuse_openai_module.OPENAI_METHODS_V1:
+            try:
+                module = importlib.import_module(resource.module)
+            except ImportError:  # definitions for other openai versions, never wrapped here
+                continue
+            owner = getattr(module, resource.object, None)
+            wrapped = getattr(owner, resource.method, None)
+            if owner is not None and hasattr(wrapped, "__wrapped__"):
+                setattr(owner, resource.method, wrapped.__wrapped__)
+        openai.Stream.__iter__ = stream_iter  # type: ignore[method-assign]
+        openai.AsyncStream.__aiter__ = async_stream_aiter  # type: ignore[method-assign]
+
+
 def test_langfuse_manual_observations_and_openai_wrapper(
-    langfuse_client: tuple[Any, str], capture: tuple[TracerProvider, InMemorySpanExporter], stub: OpenAIStub
+    langfuse_client: tuple[Any, str],
+    capture: tuple[TracerProvider, InMemorySpanExporter],
+    stub: OpenAIStub,
+    langfuse_openai: Any,
 ) -> None:
-    from langfuse.openai import OpenAI as LangfuseOpenAI
+    LangfuseOpenAI = langfuse_openai.OpenAI
 
     langfuse, public_key = langfuse_client
     script_answer(stub)
