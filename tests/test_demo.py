@@ -97,6 +97,24 @@ def test_demo_runs_the_three_modes_end_to_end(tmp_path: Path) -> None:
     # shows one convention's count when both agree).
     expected_total = sum(len(c.expected_documents) for c in CASES)
     assert f"0/{expected_total}" in out and f"{expected_total}/{expected_total}" in out
+    # The deterministic scores tell the modes apart: degraded retrieval finds nothing expected,
+    # hallucinated answers are not fully supported while healthy and degraded ones are.
+    scores = _score_cells(out)
+    assert scores["retrieval.recall@5 (mean)"] == {"healthy": 1.0, "degraded": 0.0, "hallucinate": 1.0}
+    faithfulness = scores["faithfulness (mean)"]
+    assert faithfulness["healthy"] == faithfulness["degraded"] == 1.0
+    assert faithfulness["hallucinate"] < 1.0
+    assert scores["context_recall (mean)"]["degraded"] == 0.0 < scores["context_recall (mean)"]["healthy"]
+
+
+def _score_cells(out: str) -> dict[str, dict[str, float]]:
+    """The `... (mean)` lines of the summary table: label -> mode -> value (both conventions agree)."""
+    cells: dict[str, dict[str, float]] = {}
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.strip().strip("│").split("│")]
+        if len(parts) == 1 + len(MODES) and parts[0].endswith("(mean)"):
+            cells[parts[0]] = {mode: float(value) for mode, value in zip(MODES, parts[1:], strict=True)}
+    return cells
 
 
 def test_demo_rerun_replaces_its_previous_database(tmp_path: Path) -> None:
