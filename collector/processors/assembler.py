@@ -379,7 +379,7 @@ class TraceAssembler:
             if held.events.num_rows:
                 event_parts.append(held.events.filter(pc.is_in(held.events["trace_id"], value_set=wanted)))
         if from_store:
-            spans, events, _ = self._store.read_spans(from_store)
+            spans, events = self._store.read_spans(from_store)
             span_parts.append(spans.cast(span_parts[0].schema) if span_parts else spans)
             event_parts.append(events)
         if not span_parts:

@@ -93,3 +93,13 @@ def records_by_trace(records: list[SpanRecord]) -> dict[str, list[SpanRecord]]:
     for record in records:
         grouped[record.trace_id].append(record)
     return grouped
+
+
+def last_received(spans: pa.Table) -> dict[str, int]:
+    """The latest `received_at` (µs) per trace of a spans table."""
+    if not spans.num_rows:
+        return {}
+    grouped = (
+        spans.select(["trace_id", "received_at"]).group_by("trace_id").aggregate([("received_at", "max")])
+    )
+    return dict(zip(grouped["trace_id"].to_pylist(), _micros(grouped["received_at_max"]), strict=True))

@@ -12,19 +12,18 @@ from typing import TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
 from collector.config import ReceiversConfig
 from collector.pipeline import ExportOutcome, IngestPipeline
+from collector.receivers.responses import logs_response, trace_response
 from collector.receivers.retry import grpc_retry_metadata
 from collector.store.writer import Overloaded, WriterStopped
 from collector.telemetry import Metrics
@@ -93,13 +92,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         outcome = await _committed(
             self._pipeline.export(request, PROTOCOL), context, self._metrics, self._retry_after, started
         )
-        if not outcome.rejected:
-            return ExportTraceServiceResponse()
-        return ExportTraceServiceResponse(
-            partial_success=ExportTracePartialSuccess(
-                rejected_spans=outcome.rejected, error_message=outcome.message
-            )
-        )
+        return trace_response(outcome)
 
     async def export_bytes(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
         request = await _decode(ExportTraceServiceRequest, raw, context, self._metrics)
@@ -121,14 +114,7 @@ class _LogsService:
         outcome = await _committed(
             self._pipeline.export_logs(request, PROTOCOL), context, self._metrics, self._retry_after, started
         )
-        # A message with nothing rejected is a warning (ignored records): OTLP allows it.
-        if not outcome.rejected and not outcome.message:
-            return ExportLogsServiceResponse()
-        return ExportLogsServiceResponse(
-            partial_success=ExportLogsPartialSuccess(
-                rejected_log_records=outcome.rejected, error_message=outcome.message
-            )
-        )
+        return logs_response(outcome)
 
     async def export_bytes(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportLogsServiceResponse:
         request = await _decode(ExportLogsServiceRequest, raw, context, self._metrics)

@@ -18,14 +18,10 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
     ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
     ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
 )
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -35,6 +31,7 @@ from starlette.routing import Route
 from collector.config import ReceiversConfig
 from collector.otlp.json_request import UndecodableBody, parse_json_logs_request, parse_json_request
 from collector.pipeline import ExportOutcome, IngestPipeline
+from collector.receivers.responses import logs_response, trace_response
 from collector.receivers.retry import http_retry_after
 from collector.store.writer import Overloaded, WriterStopped
 from collector.telemetry import Metrics
@@ -103,25 +100,6 @@ def _status_response(
     return Response(body, status_code=http_status, media_type=media_type, headers=headers)
 
 
-def _trace_response(outcome: ExportOutcome) -> Message:
-    response = ExportTraceServiceResponse()
-    if outcome.rejected:
-        response.partial_success.CopyFrom(
-            ExportTracePartialSuccess(rejected_spans=outcome.rejected, error_message=outcome.message)
-        )
-    return response
-
-
-def _logs_response(outcome: ExportOutcome) -> Message:
-    response = ExportLogsServiceResponse()
-    # A message with nothing rejected is a warning (ignored records): OTLP allows it.
-    if outcome.rejected or outcome.message:
-        response.partial_success.CopyFrom(
-            ExportLogsPartialSuccess(rejected_log_records=outcome.rejected, error_message=outcome.message)
-        )
-    return response
-
-
 @dataclass(frozen=True)
 class _Signal:
     """What differs between `/v1/traces` and `/v1/logs`: the messages and the pipeline entry."""
@@ -142,11 +120,9 @@ class OtlpHttpReceiver:
         self._config = config
         self._pipeline = pipeline
         self._metrics = metrics
-        self._traces = _Signal(
-            ExportTraceServiceRequest, parse_json_request, pipeline.export, _trace_response
-        )
+        self._traces = _Signal(ExportTraceServiceRequest, parse_json_request, pipeline.export, trace_response)
         self._logs = _Signal(
-            ExportLogsServiceRequest, parse_json_logs_request, pipeline.export_logs, _logs_response
+            ExportLogsServiceRequest, parse_json_logs_request, pipeline.export_logs, logs_response
         )
 
     def routes(self) -> list[Route]:

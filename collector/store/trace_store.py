@@ -10,7 +10,6 @@ from collections.abc import Iterable
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from collector.processors.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.store.duckdb_store import Store, transaction
@@ -32,8 +31,8 @@ class TraceStore:
     def close(self) -> None:
         self._con.close()
 
-    def read_spans(self, trace_ids: Iterable[str]) -> tuple[pa.Table, pa.Table, dict[str, int]]:
-        """(spans, events, last received_at µs per trace) of every stored span of these traces."""
+    def read_spans(self, trace_ids: Iterable[str]) -> tuple[pa.Table, pa.Table]:
+        """(spans, events) of every stored span of these traces."""
         con = self._con
         con.register(_IDS, _ids_table(trace_ids))
         try:
@@ -47,7 +46,7 @@ class TraceStore:
             ).to_arrow_table()
         finally:
             con.unregister(_IDS)
-        return spans, events, last_received(spans)
+        return spans, events
 
     def pending_trace_ids(self) -> list[str]:
         """Traces with stored spans that no assembly has seen: never assembled, or spans received
@@ -104,14 +103,3 @@ class TraceStore:
                     con.register("_assembled", rows)
                     con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _assembled")
                     con.unregister("_assembled")
-
-
-def last_received(spans: pa.Table) -> dict[str, int]:
-    """The latest `received_at` (µs) per trace of a spans table."""
-    if not spans.num_rows:
-        return {}
-    grouped = (
-        spans.select(["trace_id", "received_at"]).group_by("trace_id").aggregate([("received_at", "max")])
-    )
-    times = pc.cast(grouped["received_at_max"], pa.timestamp("us"), safe=False).cast(pa.int64()).to_pylist()
-    return dict(zip(grouped["trace_id"].to_pylist(), times, strict=True))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from semconv.values import is_absent, parse_structured, text
@@ -78,77 +78,76 @@ def last_message_text(value: Any, role: str) -> str | None:
     return None
 
 
-def question_text(value: Any, depth: int = 0) -> str | None:
+Search = Callable[[Any], str | None]
+
+
+def _search(
+    value: Any,
+    depth: int,
+    role: str,
+    keys: tuple[str, ...],
+    specific: Callable[[Mapping[str, Any], Search], tuple[bool, str | None]],
+) -> str | None:
+    """The walk `question_text` and `answer_text` share: text as it is; a message list by `role`; a
+    single message by its text; a mapping by `keys`, then the caller's `specific` shapes, then the
+    payload wrappers, then its only payload."""
+    value = parse_structured(value)
+    if is_absent(value) or depth > 4:
+        return None
+    if isinstance(value, str):
+        return value
+
+    def again(inner: Any) -> str | None:
+        return _search(inner, depth + 1, role, keys, specific)
+
+    if isinstance(value, list):
+        return last_message_text(value, role) or (again(value[0]) if len(value) == 1 else None)
+    if not isinstance(value, Mapping):
+        return None
+    if "parts" in value or "role" in value:
+        return message_text(value)
+    for key in keys:
+        if key in value and not is_absent(value[key]) and (found := again(value[key])):
+            return found
+    handled, found = specific(value, again)
+    if handled:
+        return found
+    for key in WRAPPER_KEYS:
+        if key in value and not is_absent(value[key]) and (found := again(value[key])):
+            return found
+    payload = [v for k, v in value.items() if k not in IGNORED_KEYS]
+    return again(payload[0]) if len(payload) == 1 else None
+
+
+def _question_shapes(value: Mapping[str, Any], again: Search) -> tuple[bool, str | None]:
+    if "messages" in value:
+        return True, last_message_text(value["messages"], "user")
+    args = value.get("args")  # traceloop decorators: {"args": [...], "kwargs": {...}}
+    if isinstance(args, list) and args:
+        return True, again(args[0])
+    return False, None
+
+
+def _answer_shapes(value: Mapping[str, Any], again: Search) -> tuple[bool, str | None]:
+    generations = value.get("generations")  # LangChain LLM output
+    if isinstance(generations, list) and generations:
+        return True, again(generations)
+    choices = value.get("choices")  # OpenAI completion
+    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+        return True, again(choices[0].get("message") or choices[0].get("text"))
+    if "message" in value:
+        return True, again(value["message"])
+    return False, None
+
+
+def question_text(value: Any) -> str | None:
     """The user's question inside an input payload (a string, `{"query": ...}`, args, messages)."""
-    value = parse_structured(value)
-    if is_absent(value) or depth > 4:
-        return None
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        from_messages = last_message_text(value, "user")
-        if from_messages:
-            return from_messages
-        return question_text(value[0], depth + 1) if len(value) == 1 else None
-    if isinstance(value, Mapping):
-        for key in QUESTION_KEYS:
-            if key in value and not is_absent(value[key]):
-                found = question_text(value[key], depth + 1)
-                if found:
-                    return found
-        if "messages" in value:
-            return last_message_text(value["messages"], "user")
-        args = value.get("args")
-        if isinstance(args, list) and args:
-            return question_text(args[0], depth + 1)
-        for key in WRAPPER_KEYS:
-            if key in value and not is_absent(value[key]):
-                found = question_text(value[key], depth + 1)
-                if found:
-                    return found
-        payload = [v for k, v in value.items() if k not in IGNORED_KEYS]
-        if len(payload) == 1:
-            return question_text(payload[0], depth + 1)
-    return None
+    return _search(value, 0, "user", QUESTION_KEYS, _question_shapes)
 
 
-def answer_text(value: Any, depth: int = 0) -> str | None:
+def answer_text(value: Any) -> str | None:
     """The answer inside an output payload (a string, `{"answer": ...}`, generations, messages)."""
-    value = parse_structured(value)
-    if is_absent(value) or depth > 4:
-        return None
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        from_messages = last_message_text(value, "assistant")
-        if from_messages:
-            return from_messages
-        return answer_text(value[0], depth + 1) if len(value) == 1 else None
-    if isinstance(value, Mapping):
-        if "parts" in value or "role" in value:
-            return message_text(value)
-        for key in ANSWER_KEYS:
-            if key in value and not is_absent(value[key]):
-                found = answer_text(value[key], depth + 1)
-                if found:
-                    return found
-        generations = value.get("generations")
-        if isinstance(generations, list) and generations:
-            return answer_text(generations, depth + 1)
-        choices = value.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
-            return answer_text(choices[0].get("message") or choices[0].get("text"), depth + 1)
-        if "message" in value:
-            return answer_text(value["message"], depth + 1)
-        for key in WRAPPER_KEYS:
-            if key in value and not is_absent(value[key]):
-                found = answer_text(value[key], depth + 1)
-                if found:
-                    return found
-        payload = [v for k, v in value.items() if k not in IGNORED_KEYS]
-        if len(payload) == 1:
-            return answer_text(payload[0], depth + 1)
-    return None
+    return _search(value, 0, "assistant", ANSWER_KEYS, _answer_shapes)
 
 
 def messages_text(messages: Any) -> str | None:
