@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,3 +55,81 @@ def sql(svc: Service, query: str) -> list[dict[str, Any]]:
 @pytest.fixture
 def query() -> Callable[[Service, str], list[dict[str, Any]]]:
     return sql
+
+
+RAGPULSE = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "ragpulse"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServeProcess:
+    """`ragpulse serve` as a subprocess on fixed ports (a restart is reachable at the same address),
+    for tests that kill it. `start(**assembler)` sets `RAGPULSE_ASSEMBLER__*` for that run."""
+
+    def __init__(self, db: Path, log: Path) -> None:
+        self.db = db
+        self.log = log
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def start(self, **assembler: str) -> None:
+        assert self.proc is None or self.proc.poll() is not None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
+        env.update({f"RAGPULSE_ASSEMBLER__{k.upper()}": v for k, v in assembler.items()})
+        command = [str(RAGPULSE), "serve", "--db", str(self.db)]
+        command += ["--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port)]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.db.parent,
+                env={**env, "PYTHONUNBUFFERED": "1"},
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"ragpulse serve exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.http_url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        pytest.fail(f"ragpulse serve did not become healthy:\n{self.log.read_text()}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        assert self.proc.wait(10) == -signal.SIGKILL
+
+    def terminate(self, timeout: float = 15) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"ragpulse serve did not exit within {timeout} s of SIGTERM:\n{self.log.read_text()}")
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def serve_process(tmp_path: Path) -> Iterator[ServeProcess]:
+    srv = ServeProcess(tmp_path / "ragpulse.duckdb", tmp_path / "serve.log")
+    try:
+        yield srv
+    finally:
+        srv.cleanup()

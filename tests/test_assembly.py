@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,9 +34,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.service import BackgroundService, Service
 from semconv import emit
-from tests.conftest import make_config, sql
+from tests.conftest import ServeProcess, make_config, sql
 
-RAGPULSE = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "ragpulse"
 T = TypeVar("T")
 
 QUESTION = "What is the refund window?"
@@ -644,97 +641,29 @@ def test_stop_before_decision_wait_then_restart_assembles_and_reassembles(tmp_pa
         assert assembled(svc.http_url, "recovery") == 2
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class _Server:
-    """`ragpulse serve` as a subprocess; assembler settings through RAGPULSE_ASSEMBLER__* variables."""
-
-    def __init__(self, db: Path) -> None:
-        self.db = db
-        self.log = db.parent / "serve.log"
-        self.http_port = _free_port()
-        self.grpc_port = _free_port()
-        self.url = f"http://127.0.0.1:{self.http_port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, **assembler_env: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
-        env.update({f"RAGPULSE_ASSEMBLER__{k.upper()}": v for k, v in assembler_env.items()})
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(RAGPULSE),
-                    "serve",
-                    "--db",
-                    str(self.db),
-                    "--grpc-port",
-                    str(self.grpc_port),
-                    "--http-port",
-                    str(self.http_port),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.db.parent,
-                env={**env, "PYTHONUNBUFFERED": "1"},
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"ragpulse serve exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        pytest.fail(f"ragpulse serve did not become healthy:\n{self.log.read_text()}")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        assert self.proc.wait(10) == -signal.SIGKILL
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[_Server]:
-    srv = _Server(tmp_path / "ragpulse.duckdb")
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(serve_process: ServeProcess) -> ServeProcess:
+    return serve_process
 
 
-def test_sigkill_after_acknowledgement_before_assembly_loses_no_trace(server: _Server) -> None:
+def test_sigkill_after_acknowledgement_before_assembly_loses_no_trace(server: ServeProcess) -> None:
     server.start(decision_wait="60", workers="0")
     sent = [trace_id_of(n) for n in range(30)]
     for tid in sent:
-        send(server.url, tid, rag_spans())  # 200 = committed
-    assert count(server.url, "SELECT count(DISTINCT trace_id) AS n FROM spans") == 30
-    assert traces_rows(server.url) == []
+        send(server.http_url, tid, rag_spans())  # 200 = committed
+    assert count(server.http_url, "SELECT count(DISTINCT trace_id) AS n FROM spans") == 30
+    assert traces_rows(server.http_url) == []
     server.kill()
 
     # The restart maps in the worker process, the default.
     server.start(decision_wait="0.3")
-    rows = wait_traces(server.url, 30, timeout=30)
+    rows = wait_traces(server.http_url, 30, timeout=30)
     assert [r["trace_id"] for r in rows] == sent
     assert {(r["assembly_reason"], r["assembly_count"], r["span_count"]) for r in rows} == {
         ("recovery", 1, 3)
     }
-    assert count(server.url, "SELECT count(*) AS n FROM documents") == 90
-    assert assembled(server.url, "recovery") == 30
+    assert count(server.http_url, "SELECT count(*) AS n FROM documents") == 90
+    assert assembled(server.http_url, "recovery") == 30
 
 
 # --------------------------------------------------------------------------- shapes the mapper cannot read

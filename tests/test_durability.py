@@ -8,14 +8,10 @@ are raw gRPC / HTTP and the real OpenTelemetry SDK exporters.
 from __future__ import annotations
 
 import itertools
-import os
-import signal
-import socket
 import struct
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,19 +35,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.service import BackgroundService, Service, server_file
-from tests.conftest import make_config, sql
+from tests.conftest import ServeProcess, make_config, sql
 
-RAGPULSE = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "ragpulse"
 BATCH = 200
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _make_request(
@@ -148,77 +137,9 @@ class _Sender:
         channel.close()
 
 
-class _Server:
-    """`ragpulse serve` as a subprocess on fixed ports (so a restart is reachable at the same address)."""
-
-    def __init__(self, db: Path, log: Path) -> None:
-        self.db = db
-        self.log = log
-        self.grpc_port = _free_port()
-        self.http_port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    def start(self) -> None:
-        assert self.proc is None or self.proc.poll() is not None
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(RAGPULSE),
-                    "serve",
-                    "--db",
-                    str(self.db),
-                    "--grpc-port",
-                    str(self.grpc_port),
-                    "--http-port",
-                    str(self.http_port),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.db.parent,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"ragpulse serve exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.http_url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        pytest.fail(f"ragpulse serve did not become healthy:\n{self.log.read_text()}")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        assert self.proc.wait(10) == -signal.SIGKILL
-
-    def terminate(self, timeout: float = 15) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"ragpulse serve did not exit within {timeout} s of SIGTERM:\n{self.log.read_text()}")
-
-    def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[_Server]:
-    srv = _Server(tmp_path / "d.duckdb", tmp_path / "serve.log")
-    try:
-        yield srv
-    finally:
-        srv.cleanup()
+def server(serve_process: ServeProcess) -> ServeProcess:
+    return serve_process
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -264,7 +185,7 @@ def _metric(url: str, sample_name: str) -> float:
 # --------------------------------------------------------------------------- kill -9 / SIGTERM
 
 
-def test_acknowledged_spans_survive_sigkill(server: _Server) -> None:
+def test_acknowledged_spans_survive_sigkill(server: ServeProcess) -> None:
     server.start()
     sender = _Sender(server.grpc_port).start()
     try:
@@ -303,7 +224,7 @@ def test_acknowledged_spans_survive_sigkill(server: _Server) -> None:
     assert missing == 0, f"{missing} acknowledged spans lost after kill -9, e.g. {sample}"
 
 
-def test_sigterm_drains_and_exits_cleanly(server: _Server) -> None:
+def test_sigterm_drains_and_exits_cleanly(server: ServeProcess) -> None:
     server.start()
     info = server_file(server.db)
     assert info.is_file()
