@@ -27,9 +27,10 @@ from collector.replay import ReplayError, replay_to_server, replay_to_store
 from collector.service import Service, running_server_url
 from collector.sql import QueryError, run_query
 from collector.store.duckdb_store import Store, StoreError, StoreLocked, connect
+from evaluators.suite import SuiteError
 
 F = TypeVar("F", bound=Callable[..., Any])
-USER_ERRORS = (ConfigError, StoreError, QueryError, ReplayError, DatasetError, OSError)
+USER_ERRORS = (SuiteError, ConfigError, StoreError, QueryError, ReplayError, DatasetError, OSError)
 
 
 def _user_errors(func: F) -> F:
@@ -345,6 +346,74 @@ def demo(ctx: click.Context, config_path: str | None, db: Path, timeout: float) 
         run_demo(config, db, timeout=timeout)
     except DemoError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@main.command("eval")
+@click.argument("suite_file", metavar="SUITE", type=click.Path(dir_okay=False, path_type=Path))
+@_config_option
+@click.option(
+    "--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here."
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the results as JSON here.",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A saved --json file; per-case, per-metric regressions against it are listed.",
+)
+@click.pass_context
+@_user_errors
+def eval_suite(
+    ctx: click.Context,
+    suite_file: Path,
+    config_path: str | None,
+    junit_path: Path | None,
+    json_path: Path | None,
+    baseline: Path | None,
+) -> None:
+    """Score a suite of cases offline; exit 1 when any score fails or errors."""
+    from evaluators.registry import build_evaluators
+    from evaluators.suite import compare, junit_xml, load_suite, read_baseline, results_json, run_suite
+
+    _load(ctx, config_path)  # a bad config file is refused here too
+    suite = load_suite(suite_file)
+    previous = read_baseline(baseline) if baseline else None
+    try:
+        results = run_suite(suite, build_evaluators)
+    except ValueError as exc:
+        raise click.ClickException(f"{suite_file}: {exc}") from None
+    if json_path:
+        json_path.write_text(results_json(results), encoding="utf-8")
+    if junit_path:
+        junit_path.write_text(junit_xml(suite.name, results), encoding="utf-8")
+    _print_eval_report(suite.name, results)
+    if previous is not None:
+        regressions = compare(results, previous)
+        click.echo(f"\nagainst baseline {baseline}: {len(regressions)} regression(s)")
+        for r in regressions:
+            click.echo(f"  {r.case} / {r.name}: {r.reason}")
+    if any(result.failed for result in results):
+        sys.exit(1)
+
+
+def _print_eval_report(suite_name: str, results: list[Any]) -> None:
+    """Failures first, each failing score with its failing items as evidence; then a summary."""
+    from evaluators.suite import score_line
+
+    ordered = sorted(results, key=lambda r: not r.failed)
+    for result in ordered:
+        mark = "FAIL" if result.failed else "ok  "
+        click.echo(f"{mark} {result.name}")
+        if result.failed:
+            for score in result.scores:
+                if score.status in ("fail", "error"):
+                    click.echo("     " + score_line(score).replace("\n", "\n     "))
+    failed = sum(1 for r in results if r.failed)
+    click.echo(f"\n{suite_name}: {len(results) - failed}/{len(results)} case(s) passed, {failed} failed")
 
 
 if __name__ == "__main__":

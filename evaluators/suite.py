@@ -1,0 +1,297 @@
+"""Offline evaluation suites for `ragpulse eval SUITE` (DESIGN section 3, issue 4).
+
+A suite is a YAML file in the seed-style format:
+
+    name: refunds
+    evaluators:                       # every case, unless the case lists its own
+      - {name: retrieval.recall@5, min: 0.8}
+      - {name: faithfulness}
+    cases:
+      - name: refund-window
+        question: How long do I have to return an item?
+        contexts:                     # the retrieved documents, in rank order
+          - {id: returns-policy, text: "Items can be returned within 30 days.", score: 0.91}
+        expected: You have 30 days.   # the reference answer (optional)
+        expected_documents: [returns-policy]
+        answer: You can return items within 30 days.
+
+Each case becomes a `RagTrace` (one retrieval step holding the contexts, one LLM step holding the
+answer) and every evaluator scores it, exactly as online. One difference, from DESIGN section 6: a
+suite case *promises* its reference, so an evaluator that finds none (`no_expected_ids`,
+`no_reference`) is an `error` here, where online it is `skipped`.
+
+Results are plain data (`CaseResult`): `--json` writes `[{name, scores: [score records]}]`, JUnit XML
+has one `<testcase>` per case (a `<failure>` when a score failed, an `<error>` when one errored), and
+`compare` flags per-case, per-metric regressions against a saved `--json` file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from semconv.models import Document, RagTrace, Step
+
+from .scores import Score
+
+# Skip reasons that mean "no reference": an error in a suite, whose cases promise one.
+MISSING_REFERENCE = frozenset({"no_expected_ids", "no_reference"})
+# A value drop smaller than this is float noise, not a regression.
+REGRESSION_TOLERANCE = 1e-9
+
+
+class SuiteError(ValueError):
+    """A suite file that cannot be read; the message names the file and the key."""
+
+
+class SuiteContext(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    text: str
+    score: float | None = None
+
+
+class SuiteCase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    question: str
+    contexts: list[SuiteContext] = Field(default_factory=list)
+    expected: str | None = None
+    expected_documents: list[str] | None = None
+    answer: str
+    evaluators: list[dict[str, Any]] | None = None
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "suite"
+    evaluators: list[dict[str, Any]] | None = None
+    cases: list[SuiteCase] = Field(min_length=1)
+
+
+class CaseResult(BaseModel):
+    """One case's scores: the `--json` record of a case."""
+
+    name: str
+    scores: list[Score]
+
+    @property
+    def failed(self) -> bool:
+        return any(score.status in ("fail", "error") for score in self.scores)
+
+
+def load_suite(path: Path) -> Suite:
+    """Read and validate a suite file; `SuiteError` naming the file and key path on any mistake."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SuiteError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise SuiteError(f"{path}: a suite is a mapping with `cases:` (and optionally `name`, `evaluators`)")
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise SuiteError(f"{path}: {where}: {first['msg']}") from None
+    names = [case.name for case in suite.cases]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise SuiteError(f"{path}: cases: duplicate case name {duplicates[0]!r}")
+    return suite
+
+
+def case_trace(case: SuiteCase) -> RagTrace:
+    """The `RagTrace` a suite case stands for: a retrieval step with its contexts, an LLM step."""
+    documents = [
+        Document(rank=rank, id=context.id, content=context.text, score=context.score)
+        for rank, context in enumerate(case.contexts, start=1)
+    ]
+    steps = [
+        Step(span_id="retrieval", position=0, kind="retrieval", query=case.question, documents=documents),
+        Step(span_id="llm", position=1, kind="llm", input=case.question, output=case.answer),
+    ]
+    return RagTrace(
+        trace_id=f"case:{case.name}",
+        question=case.question,
+        answer=case.answer,
+        convention="ragpulse",
+        steps=steps,
+        case_id=case.name,
+        expected_documents=case.expected_documents,
+        expected_answer=case.expected,
+    )
+
+
+EvaluatorBuilder = Callable[[Sequence[dict[str, Any]] | None], Sequence[Callable[[RagTrace], Score]]]
+
+
+def run_suite(suite: Suite, build: EvaluatorBuilder) -> list[CaseResult]:
+    """Score every case with its evaluators (`build(entries)` turns config entries into evaluators)."""
+    shared = build(suite.evaluators)
+    results = []
+    for case in suite.cases:
+        evaluators = shared if case.evaluators is None else build(case.evaluators)
+        trace = case_trace(case)
+        results.append(
+            CaseResult(name=case.name, scores=[_promised(evaluate(trace)) for evaluate in evaluators])
+        )
+    return results
+
+
+def _promised(score: Score) -> Score:
+    """A suite case promises its reference: a missing one is an error, not a skip."""
+    if score.status == "skipped" and score.label in MISSING_REFERENCE:
+        return Score.fail_error(
+            score.name,
+            score.label or "no_reference",
+            f"the suite case gives no reference for {score.name} ({score.explanation})",
+            threshold=score.threshold,
+        )
+    return score
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def results_json(results: Sequence[CaseResult]) -> str:
+    """The `--json` document: a list of cases, each `{name, scores: [score records]}`."""
+    return json.dumps([result.model_dump(mode="json") for result in results], indent=2)
+
+
+def junit_xml(suite_name: str, results: Sequence[CaseResult]) -> str:
+    """JUnit XML: one `<testcase>` per case, `<failure>` / `<error>` listing the scores concerned."""
+    root = ElementTree.Element("testsuites")
+    failures = sum(1 for r in results if _worst(r) == "fail")
+    errors = sum(1 for r in results if _worst(r) == "error")
+    suite = ElementTree.SubElement(
+        root,
+        "testsuite",
+        name=suite_name,
+        tests=str(len(results)),
+        failures=str(failures),
+        errors=str(errors),
+        skipped="0",
+    )
+    for result in results:
+        case = ElementTree.SubElement(suite, "testcase", classname=suite_name, name=result.name)
+        worst = _worst(result)
+        if worst in ("fail", "error"):
+            bad = [s for s in result.scores if s.status in ("fail", "error")]
+            element = ElementTree.SubElement(
+                case,
+                "failure" if worst == "fail" else "error",
+                message="; ".join(f"{s.name} {s.status}" for s in bad),
+                type=worst,
+            )
+            element.text = "\n".join(score_line(s) for s in bad)
+        lines = [score_line(s) for s in result.scores]
+        ElementTree.SubElement(case, "system-out").text = "\n".join(lines)
+    ElementTree.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"
+
+
+def _worst(result: CaseResult) -> str:
+    statuses = {score.status for score in result.scores}
+    # An error outranks a failure: the case could not be judged at all.
+    return "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
+
+
+def score_line(score: Score) -> str:
+    value = "-" if score.value is None else f"{score.value:.3f}"
+    line = f"{score.name}: {score.status} {value}"
+    if score.threshold is not None:
+        line += f" (min {score.threshold:g})"
+    if score.explanation:
+        line += f" — {score.explanation}"
+    for item in score.items:
+        if not item.ok:
+            line += f"\n    ✗ {item.text}" + (f" — {item.evidence}" if item.evidence else "")
+    return line
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+class Regression(BaseModel):
+    """One case x metric that got worse than the baseline."""
+
+    case: str
+    name: str
+    before_status: str | None
+    after_status: str
+    before: float | None
+    after: float | None
+    reason: str
+
+
+def read_baseline(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """A saved `--json` file as `{case: {score name: score record}}`; `SuiteError` when unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read baseline: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SuiteError(f"{path}: baseline is not JSON: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(c, dict) and "name" in c for c in data):
+        raise SuiteError(f"{path}: baseline must be a `ragpulse eval --json` file (a list of cases)")
+    baseline: dict[str, dict[str, dict[str, Any]]] = {}
+    for case in data:
+        scores = case.get("scores") or []
+        baseline[str(case["name"])] = {str(s.get("name")): s for s in scores if isinstance(s, dict)}
+    return baseline
+
+
+def compare(
+    results: Sequence[CaseResult], baseline: dict[str, dict[str, dict[str, Any]]]
+) -> list[Regression]:
+    """Per-case, per-metric regressions: a status that left `pass`, or a value that dropped.
+
+    Cases or metrics absent from the baseline are new, not regressions.
+    """
+    regressions = []
+    for result in results:
+        before_scores = baseline.get(result.name, {})
+        for score in result.scores:
+            before = before_scores.get(score.name)
+            if before is None:
+                continue
+            before_value = before.get("value")
+            before_status = before.get("status")
+            reason = None
+            if before_status == "pass" and score.status != "pass":
+                reason = f"was pass, now {score.status}"
+            elif (
+                isinstance(before_value, int | float)
+                and score.value is not None
+                and math.isfinite(before_value)
+                and score.value < before_value - REGRESSION_TOLERANCE
+            ):
+                reason = f"value dropped {before_value:.3f} -> {score.value:.3f}"
+            elif before_value is not None and score.value is None and score.status == "error":
+                reason = "was scored, now an error"
+            if reason:
+                regressions.append(
+                    Regression(
+                        case=result.name,
+                        name=score.name,
+                        before_status=before_status,
+                        after_status=score.status,
+                        before=before_value,
+                        after=score.value,
+                        reason=reason,
+                    )
+                )
+    return regressions

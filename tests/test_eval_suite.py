@@ -1,0 +1,165 @@
+"""`ragpulse eval SUITE`: the installed command in a subprocess, on suite files written per test.
+
+Deterministic evaluators only here (no judge configured): the suite runner, the report, the exit
+codes, JSON results, JUnit XML and the baseline comparison are what is under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import yaml
+
+from tests.conftest import RAGPULSE
+
+REPO = Path(__file__).resolve().parents[1]
+POLICY = "Items can be returned within 30 days of delivery for a full refund."
+
+
+def run_eval(tmp_path: Path, suite: dict[str, Any] | str, *args: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "suite.yaml"
+    path.write_text(suite if isinstance(suite, str) else yaml.safe_dump(suite), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
+    return subprocess.run(
+        [str(RAGPULSE), "eval", str(path), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def case(name: str, answer: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "question": "How long do I have to return an item for a refund?",
+        "contexts": [{"id": "returns-policy", "text": POLICY, "score": 0.9}],
+        "expected": "You can return items within 30 days of delivery for a full refund.",
+        "expected_documents": ["returns-policy"],
+        "answer": answer,
+        **extra,
+    }
+
+
+EVALUATORS = [{"name": "retrieval.recall@5"}, {"name": "faithfulness"}]
+GOOD = case("good", "You can return items within 30 days of delivery for a full refund.")
+INVENTED = case("invented", "Returns within 30 days get a full refund, minus a $15 restocking fee.")
+
+
+def test_passing_suite_exits_zero_and_writes_json_and_junit(tmp_path: Path) -> None:
+    result = run_eval(
+        tmp_path,
+        {"name": "refunds", "evaluators": EVALUATORS, "cases": [GOOD]},
+        "--json",
+        "r.json",
+        "--junit",
+        "r.xml",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1/1 case(s) passed" in result.stdout
+    cases = json.loads((tmp_path / "r.json").read_text())
+    assert [c["name"] for c in cases] == ["good"]
+    assert [(s["name"], s["status"], s["value"]) for s in cases[0]["scores"]] == [
+        ("retrieval.recall@5", "pass", 1.0),
+        ("faithfulness", "pass", 1.0),
+    ]
+    suite = ElementTree.parse(tmp_path / "r.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("name") == "refunds"
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("1", "0", "0")
+    testcase = suite.find("testcase")
+    assert testcase is not None and testcase.get("name") == "good"
+    assert testcase.find("failure") is None and testcase.find("error") is None
+
+
+def test_failing_case_exits_one_and_is_reported_first_with_evidence(tmp_path: Path) -> None:
+    suite = {"name": "refunds", "evaluators": EVALUATORS, "cases": [GOOD, INVENTED]}
+    result = run_eval(tmp_path, suite, "--junit", "r.xml")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "FAIL invented"
+    assert "faithfulness: fail" in result.stdout and "missing numbers: 15" in result.stdout
+    assert "1/2 case(s) passed, 1 failed" in result.stdout
+    root = ElementTree.parse(tmp_path / "r.xml").getroot()
+    failures = {tc.get("name"): tc.find("failure") for tc in root.iter("testcase")}
+    assert failures["good"] is None
+    failure = failures["invented"]
+    assert failure is not None and failure.get("message") == "faithfulness fail"
+    assert "restocking fee" in (failure.text or "")
+
+
+def test_a_missing_reference_is_an_error_in_a_suite(tmp_path: Path) -> None:
+    no_reference = case("no-reference", GOOD["answer"])
+    del no_reference["expected_documents"]
+    result = run_eval(
+        tmp_path, {"evaluators": EVALUATORS, "cases": [no_reference]}, "--json", "r.json", "--junit", "r.xml"
+    )
+    assert result.returncode == 1
+    recall = json.loads((tmp_path / "r.json").read_text())[0]["scores"][0]
+    assert (recall["status"], recall["label"], recall["value"]) == ("error", "no_expected_ids", None)
+    testcase = ElementTree.parse(tmp_path / "r.xml").getroot().find("testsuite/testcase")
+    assert testcase is not None and testcase.find("error") is not None
+
+
+def test_case_evaluators_override_the_suite_list(tmp_path: Path) -> None:
+    only_recall = case("only-recall", INVENTED["answer"], evaluators=[{"name": "retrieval.hit@1"}])
+    result = run_eval(tmp_path, {"evaluators": EVALUATORS, "cases": [only_recall]}, "--json", "r.json")
+    assert result.returncode == 0, result.stdout
+    scores = json.loads((tmp_path / "r.json").read_text())[0]["scores"]
+    assert [s["name"] for s in scores] == ["retrieval.hit@1"]
+
+
+def test_baseline_flags_per_case_per_metric_regressions(tmp_path: Path) -> None:
+    first = run_eval(
+        tmp_path,
+        {"evaluators": EVALUATORS, "cases": [GOOD, case("other", GOOD["answer"])]},
+        "--json",
+        "base.json",
+    )
+    assert first.returncode == 0
+    worse = case("good", INVENTED["answer"])
+    result = run_eval(
+        tmp_path,
+        {"evaluators": EVALUATORS, "cases": [worse, case("other", GOOD["answer"])]},
+        "--baseline",
+        "base.json",
+    )
+    assert result.returncode == 1
+    assert "1 regression(s)" in result.stdout
+    assert "good / faithfulness: was pass, now fail" in result.stdout
+    assert "other /" not in result.stdout
+
+
+def test_bad_suites_give_one_line_naming_the_key(tmp_path: Path) -> None:
+    unknown_key = {"cases": [{**GOOD, "answr": "typo"}]}
+    result = run_eval(tmp_path, unknown_key)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "cases.0.answr" in result.stderr
+    unknown_evaluator = {"evaluators": [{"name": "faithfullness"}], "cases": [GOOD]}
+    result = run_eval(tmp_path, unknown_evaluator)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "evaluators[0].name: unknown evaluator 'faithfullness'" in result.stderr
+    result = run_eval(tmp_path, "cases: [unclosed")
+    assert result.returncode != 0 and "not valid YAML" in result.stderr
+    result = run_eval(tmp_path, {"cases": [GOOD, GOOD]})
+    assert result.returncode != 0 and "duplicate case name 'good'" in result.stderr
+    result = run_eval(tmp_path, {"cases": [GOOD]}, "--baseline", "missing.json")
+    assert result.returncode != 0 and "cannot read baseline" in result.stderr
+
+
+def test_the_example_suite_runs(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(RAGPULSE), "eval", str(REPO / "examples" / "suites" / "refunds.yaml")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # The example suite holds one deliberately hallucinated answer, so it fails on purpose.
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0] == "FAIL invented-restocking-fee"
