@@ -365,6 +365,27 @@ def demo(ctx: click.Context, config_path: str | None, db: Path, timeout: float) 
     type=click.Path(dir_okay=False, path_type=Path),
     help="A saved --json file; per-case, per-metric regressions against it are listed.",
 )
+@click.option(
+    "--snapshot",
+    "snapshot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Snapshot of each case's answer and retrieved ids; changed cases are listed (created if missing).",
+)
+@click.option("--update-snapshot", is_flag=True, help="Accept the current outputs into the --snapshot file.")
+@click.option(
+    "--min-similarity",
+    type=click.FloatRange(0, 1),
+    default=0.9,
+    show_default=True,
+    help="Snapshot answer similarity.",
+)
+@click.option(
+    "--min-overlap",
+    type=click.FloatRange(0, 1),
+    default=0.8,
+    show_default=True,
+    help="Snapshot retrieval overlap.",
+)
 @click.pass_context
 @_user_errors
 def eval_suite(
@@ -374,8 +395,15 @@ def eval_suite(
     junit_path: Path | None,
     json_path: Path | None,
     baseline: Path | None,
+    snapshot_path: Path | None,
+    update_snapshot: bool,
+    min_similarity: float,
+    min_overlap: float,
 ) -> None:
-    """Score a suite of cases offline; exit 1 when any score fails or errors."""
+    """Score a suite of cases offline; exit 1 when any score fails or errors.
+
+    Snapshot changes are listed for review and never fail the run.
+    """
     from evaluators.registry import build_evaluators
     from evaluators.suite import compare, junit_xml, load_suite, read_baseline, results_json, run_suite
 
@@ -396,8 +424,28 @@ def eval_suite(
         click.echo(f"\nagainst baseline {baseline}: {len(regressions)} regression(s)")
         for r in regressions:
             click.echo(f"  {r.case} / {r.name}: {r.reason}")
+    if snapshot_path:
+        _check_snapshot(suite, snapshot_path, update_snapshot, min_similarity, min_overlap)
+    elif update_snapshot:
+        raise click.UsageError("--update-snapshot needs --snapshot FILE")
     if any(result.failed for result in results):
         sys.exit(1)
+
+
+def _check_snapshot(suite: Any, path: Path, update: bool, min_similarity: float, min_overlap: float) -> None:
+    from evaluators.suite import compare_snapshot, read_snapshot, snapshot_of, write_snapshot
+
+    current = snapshot_of(suite)
+    if update or not path.exists():
+        write_snapshot(path, current)
+        click.echo(f"\nsnapshot {path}: {'updated' if update else 'created'} with {len(current)} case(s)")
+        return
+    changes = compare_snapshot(
+        read_snapshot(path), current, min_similarity=min_similarity, min_overlap=min_overlap
+    )
+    click.echo(f"\nagainst snapshot {path}: {len(changes)} changed case(s) to review")
+    for change in changes:
+        click.echo(f"  {change.case}: {change.reason}")
 
 
 def _print_eval_report(suite_name: str, results: list[Any]) -> None:

@@ -27,8 +27,10 @@ has one `<testcase>` per case (a `<failure>` when a score failed, an `<error>` w
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -295,3 +297,104 @@ def compare(
                     )
                 )
     return regressions
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+class SnapshotEntry(BaseModel):
+    """What a case produced: its answer and its retrieved document ids in rank order."""
+
+    answer: str
+    retrieved_ids: list[str]
+
+
+class SnapshotChange(BaseModel):
+    """A case whose answer or retrieval moved away from its snapshot (listed for review)."""
+
+    case: str
+    answer_similarity: float
+    retrieval_overlap: float
+    reason: str
+
+
+def snapshot_of(suite: Suite) -> dict[str, SnapshotEntry]:
+    """Each case's answer and retrieved ids (documents without an id are left out of the overlap)."""
+    return {
+        case.name: SnapshotEntry(
+            answer=case.answer, retrieved_ids=[c.id for c in case.contexts if c.id is not None]
+        )
+        for case in suite.cases
+    }
+
+
+def read_snapshot(path: Path) -> dict[str, SnapshotEntry]:
+    """A snapshot file (`{case: {answer, retrieved_ids}}`); `SuiteError` when unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {str(name): SnapshotEntry.model_validate(entry) for name, entry in data.items()}
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read snapshot: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, AttributeError, ValidationError) as exc:
+        raise SuiteError(f"{path}: not a ragpulse snapshot file: {exc}") from None
+
+
+def write_snapshot(path: Path, entries: dict[str, SnapshotEntry]) -> None:
+    path.write_text(
+        json.dumps({k: v.model_dump() for k, v in entries.items()}, indent=2) + "\n", encoding="utf-8"
+    )
+
+
+def answer_similarity(before: str, after: str) -> float:
+    """Word-sequence similarity, 0..1: `difflib.SequenceMatcher.ratio()` over lowercased words
+    (2 x matching words / total words). 1 for the same wording; reordering and rewording lower it."""
+    a, b = _words(before), _words(after)
+    if not a and not b:
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def retrieval_overlap(before: Sequence[str], after: Sequence[str]) -> float:
+    """Jaccard overlap of two retrieved-id sets (1 when both are empty)."""
+    a, b = set(before), set(after)
+    return 1.0 if not a and not b else len(a & b) / len(a | b)
+
+
+def compare_snapshot(
+    snapshot: dict[str, SnapshotEntry],
+    current: dict[str, SnapshotEntry],
+    *,
+    min_similarity: float = 0.9,
+    min_overlap: float = 0.8,
+) -> list[SnapshotChange]:
+    """Cases whose answer similarity < `min_similarity` or retrieval overlap < `min_overlap`;
+    cases absent from the snapshot are listed as new."""
+    changes = []
+    for name, now in current.items():
+        before = snapshot.get(name)
+        if before is None:
+            changes.append(
+                SnapshotChange(case=name, answer_similarity=0, retrieval_overlap=0, reason="new case")
+            )
+            continue
+        similarity = answer_similarity(before.answer, now.answer)
+        overlap = retrieval_overlap(before.retrieved_ids, now.retrieved_ids)
+        reasons = []
+        if similarity < min_similarity:
+            reasons.append(f"answer similarity {similarity:.2f} < {min_similarity:g}")
+        if overlap < min_overlap:
+            reasons.append(f"retrieval overlap {overlap:.2f} < {min_overlap:g}")
+        if reasons:
+            changes.append(
+                SnapshotChange(
+                    case=name,
+                    answer_similarity=similarity,
+                    retrieval_overlap=overlap,
+                    reason="; ".join(reasons),
+                )
+            )
+    return changes
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())

@@ -163,3 +163,58 @@ def test_the_example_suite_runs(tmp_path: Path) -> None:
     # The example suite holds one deliberately hallucinated answer, so it fails on purpose.
     assert result.returncode == 1
     assert result.stdout.splitlines()[0] == "FAIL invented-restocking-fee"
+
+
+def test_snapshot_lists_changed_cases_without_failing_and_update_accepts_them(tmp_path: Path) -> None:
+    two_docs = [
+        {"id": "returns-policy", "text": POLICY},
+        {"id": "shipping", "text": "Shipping takes 3 days."},
+    ]
+    stable = case("stable", GOOD["answer"], contexts=two_docs)
+    moving = case("moving", GOOD["answer"], contexts=two_docs)
+    suite = {"evaluators": [{"name": "retrieval.hit@5"}], "cases": [stable, moving]}
+    created = run_eval(tmp_path, suite, "--snapshot", "snap.json")
+    assert created.returncode == 0 and "created with 2 case(s)" in created.stdout
+    assert json.loads((tmp_path / "snap.json").read_text())["moving"]["retrieved_ids"] == [
+        "returns-policy",
+        "shipping",
+    ]
+
+    # Answer reworded and one of two documents replaced: similarity < 0.9, Jaccard 1/3 < 0.8.
+    moved = case(
+        "moving",
+        "Refunds are possible for a month after the parcel arrives.",
+        contexts=[
+            {"id": "returns-policy", "text": POLICY},
+            {"id": "warranty", "text": "Two years of warranty."},
+        ],
+    )
+    result = run_eval(tmp_path, {**suite, "cases": [stable, moved]}, "--snapshot", "snap.json")
+    assert result.returncode == 0, result.stdout  # listed for review, never a failure
+    assert "1 changed case(s) to review" in result.stdout
+    line = next(li for li in result.stdout.splitlines() if li.strip().startswith("moving:"))
+    assert "answer similarity" in line and "retrieval overlap 0.33 < 0.8" in line
+    assert "stable:" not in result.stdout
+
+    # A looser overlap threshold accepts the retrieval change; only the answer is listed.
+    loose = run_eval(
+        tmp_path, {**suite, "cases": [stable, moved]}, "--snapshot", "snap.json", "--min-overlap", "0.3"
+    )
+    assert "retrieval overlap" not in loose.stdout and "answer similarity" in loose.stdout
+
+    updated = run_eval(
+        tmp_path, {**suite, "cases": [stable, moved]}, "--snapshot", "snap.json", "--update-snapshot"
+    )
+    assert "updated with 2 case(s)" in updated.stdout
+    again = run_eval(tmp_path, {**suite, "cases": [stable, moved]}, "--snapshot", "snap.json")
+    assert "0 changed case(s) to review" in again.stdout
+
+
+def test_snapshot_measures() -> None:
+    from evaluators.suite import answer_similarity, retrieval_overlap
+
+    assert answer_similarity("Refunds within 30 days.", "refunds within 30 DAYS") == 1.0
+    assert answer_similarity("a b c d", "a b x y") == 0.5
+    assert answer_similarity("", "") == 1.0
+    assert retrieval_overlap(["a", "b"], ["b", "c"]) == 1 / 3
+    assert retrieval_overlap([], []) == 1.0
