@@ -404,14 +404,28 @@ def eval_suite(
 
     Snapshot changes are listed for review and never fail the run.
     """
+    from collector.replay import read_trace
     from evaluators.registry import build_evaluators
-    from evaluators.suite import compare, junit_xml, load_suite, read_baseline, results_json, run_suite
+    from evaluators.suite import (
+        compare,
+        junit_xml,
+        load_suite,
+        openai_generator,
+        read_baseline,
+        results_json,
+        run_suite,
+    )
 
     _load(ctx, config_path)  # a bad config file is refused here too
     suite = load_suite(suite_file)
     previous = read_baseline(baseline) if baseline else None
     try:
-        results = run_suite(suite, build_evaluators)
+        results = run_suite(
+            suite,
+            build_evaluators,
+            load_trace=lambda path, trace_id: read_trace(suite_file.parent / path, trace_id),
+            generate=openai_generator(suite.model) if suite.model else None,
+        )
     except ValueError as exc:
         raise click.ClickException(f"{suite_file}: {exc}") from None
     if json_path:
@@ -425,17 +439,19 @@ def eval_suite(
         for r in regressions:
             click.echo(f"  {r.case} / {r.name}: {r.reason}")
     if snapshot_path:
-        _check_snapshot(suite, snapshot_path, update_snapshot, min_similarity, min_overlap)
+        _check_snapshot(results, snapshot_path, update_snapshot, min_similarity, min_overlap)
     elif update_snapshot:
         raise click.UsageError("--update-snapshot needs --snapshot FILE")
     if any(result.failed for result in results):
         sys.exit(1)
 
 
-def _check_snapshot(suite: Any, path: Path, update: bool, min_similarity: float, min_overlap: float) -> None:
+def _check_snapshot(
+    results: list[Any], path: Path, update: bool, min_similarity: float, min_overlap: float
+) -> None:
     from evaluators.suite import compare_snapshot, read_snapshot, snapshot_of, write_snapshot
 
-    current = snapshot_of(suite)
+    current = snapshot_of(results)
     if update or not path.exists():
         write_snapshot(path, current)
         click.echo(f"\nsnapshot {path}: {'updated' if update else 'created'} with {len(current)} case(s)")

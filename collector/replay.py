@@ -25,12 +25,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from collector.config import Config
+from collector.otlp.batch import concat_batches, decode_request
 from collector.otlp.json_request import UndecodableBody, parse_json_request
 from collector.pipeline import IngestPipeline
 from collector.processors.assembler import TraceAssembler
+from collector.processors.span_records import records_by_trace, span_records
 from collector.store.duckdb_store import Store
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
+from semconv.mapping import map_trace
+from semconv.models import RagTrace
 
 JSON = "application/json"
 PROTOBUF = "application/x-protobuf"
@@ -221,3 +225,24 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
         writer.stop()
         store.close()
     return report
+
+
+def read_trace(path: Path, trace_id: str | None = None) -> RagTrace:
+    """One trace from a captured OTLP file (any format `read_captured` reads), mapped to a RagTrace.
+
+    `trace_id` picks the trace when the file holds several; `ReplayError` when it is missing or
+    ambiguous.
+    """
+    batches = [decode_request(parse_captured(captured)[0], source="file") for captured in read_captured(path)]
+    if not batches:
+        raise ReplayError(f"{path}: no spans")
+    batch = concat_batches(batches)
+    by_trace = records_by_trace(span_records(batch.spans, batch.events))
+    if trace_id is None:
+        if len(by_trace) != 1:
+            raise ReplayError(f"{path}: holds {len(by_trace)} traces; say which with `trace_id:`")
+        trace_id = next(iter(by_trace))
+    spans = by_trace.get(trace_id.lower())
+    if not spans:
+        raise ReplayError(f"{path}: no trace {trace_id}")
+    return map_trace(spans)

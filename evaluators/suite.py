@@ -33,11 +33,11 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from xml.etree import ElementTree
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from semconv.models import Document, RagTrace, Step
 
@@ -61,16 +61,42 @@ class SuiteContext(BaseModel):
     score: float | None = None
 
 
+class GenerationModel(BaseModel):
+    """`model:`: generate each case's answer from its question and contexts (fixed-context test)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    base_url: str | None = None  # None: OPENAI_BASE_URL, else the OpenAI API
+    temperature: float = Field(0.0, ge=0, le=2)
+    timeout: float = Field(60.0, gt=0)
+    system_prompt: str = (
+        "Answer the user's question using only the numbered context passages. "
+        "If the context does not contain the answer, say that you do not know."
+    )
+
+
 class SuiteCase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1)
-    question: str
+    question: str | None = None
     contexts: list[SuiteContext] = Field(default_factory=list)
     expected: str | None = None
     expected_documents: list[str] | None = None
-    answer: str
+    answer: str | None = None
+    # A captured OTLP file (path relative to the suite file) holding the trace to score instead.
+    trace: str | None = None
+    trace_id: str | None = None
     evaluators: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _has_inputs(self) -> Self:
+        if self.trace is None and self.question is None:
+            raise ValueError("a case needs `question` (with `contexts`, `answer`) or `trace`")
+        if self.trace is not None and (self.contexts or self.answer is not None):
+            raise ValueError("a `trace:` case takes its contexts and answer from the trace; drop them")
+        return self
 
 
 class Suite(BaseModel):
@@ -78,7 +104,18 @@ class Suite(BaseModel):
 
     name: str = "suite"
     evaluators: list[dict[str, Any]] | None = None
+    model: GenerationModel | None = None
     cases: list[SuiteCase] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _answers_known(self) -> Self:
+        if self.model is None:
+            for index, case in enumerate(self.cases):
+                if case.trace is None and case.answer is None:
+                    raise ValueError(
+                        f"cases[{index}] ({case.name}): no `answer`, and the suite has no `model:`"
+                    )
+        return self
 
 
 class CaseResult(BaseModel):
@@ -86,6 +123,9 @@ class CaseResult(BaseModel):
 
     name: str
     scores: list[Score]
+    # What the case produced, for snapshots; not part of the `--json` record.
+    answer: str | None = Field(None, exclude=True)
+    retrieved_ids: list[str] = Field(default_factory=list, exclude=True)
 
     @property
     def failed(self) -> bool:
@@ -115,20 +155,22 @@ def load_suite(path: Path) -> Suite:
     return suite
 
 
-def case_trace(case: SuiteCase) -> RagTrace:
-    """The `RagTrace` a suite case stands for: a retrieval step with its contexts, an LLM step."""
+def case_trace(case: SuiteCase, answer: str | None = None) -> RagTrace:
+    """The `RagTrace` an inline suite case stands for: a retrieval step with its contexts, an LLM step.
+    `answer` (a generated one) replaces the case's."""
+    answer = case.answer if answer is None else answer
     documents = [
         Document(rank=rank, id=context.id, content=context.text, score=context.score)
         for rank, context in enumerate(case.contexts, start=1)
     ]
     steps = [
         Step(span_id="retrieval", position=0, kind="retrieval", query=case.question, documents=documents),
-        Step(span_id="llm", position=1, kind="llm", input=case.question, output=case.answer),
+        Step(span_id="llm", position=1, kind="llm", input=case.question, output=answer),
     ]
     return RagTrace(
         trace_id=f"case:{case.name}",
         question=case.question,
-        answer=case.answer,
+        answer=answer,
         convention="ragpulse",
         steps=steps,
         case_id=case.name,
@@ -138,19 +180,84 @@ def case_trace(case: SuiteCase) -> RagTrace:
 
 
 EvaluatorBuilder = Callable[[Sequence[dict[str, Any]] | None], Sequence[Callable[[RagTrace], Score]]]
+# (path, trace id or None) -> the mapped trace; supplied by the caller, who can read OTLP files.
+TraceLoader = Callable[[str, str | None], RagTrace]
+Generator = Callable[[SuiteCase], str]
 
 
-def run_suite(suite: Suite, build: EvaluatorBuilder) -> list[CaseResult]:
-    """Score every case with its evaluators (`build(entries)` turns config entries into evaluators)."""
+def run_suite(
+    suite: Suite,
+    build: EvaluatorBuilder,
+    *,
+    load_trace: TraceLoader | None = None,
+    generate: Generator | None = None,
+) -> list[CaseResult]:
+    """Score every case with its evaluators (`build(entries)` turns config entries into evaluators).
+
+    `trace:` cases are read with `load_trace`; with a suite `model:`, `generate(case)` writes the
+    answer of each inline case that has none. The case's `expected` / `expected_documents` are the
+    reference either way.
+    """
     shared = build(suite.evaluators)
     results = []
     for case in suite.cases:
         evaluators = shared if case.evaluators is None else build(case.evaluators)
-        trace = case_trace(case)
+        trace = _trace_of(case, load_trace, generate)
+        scores = [_promised(evaluate(trace)) for evaluate in evaluators]
+        retrieved = [doc_id for doc_id in trace.retrieved_ids if doc_id is not None]
         results.append(
-            CaseResult(name=case.name, scores=[_promised(evaluate(trace)) for evaluate in evaluators])
+            CaseResult(name=case.name, scores=scores, answer=trace.answer, retrieved_ids=retrieved)
         )
     return results
+
+
+def _trace_of(case: SuiteCase, load_trace: TraceLoader | None, generate: Generator | None) -> RagTrace:
+    if case.trace is None:
+        answer = generate(case) if case.answer is None and generate is not None else None
+        return case_trace(case, answer)
+    if load_trace is None:
+        raise SuiteError(f"case {case.name}: `trace:` cases need a trace reader")
+    trace = load_trace(case.trace, case.trace_id)
+    update: dict[str, Any] = {"case_id": case.name}
+    if case.expected is not None:
+        update["expected_answer"] = case.expected
+    if case.expected_documents is not None:
+        update["expected_documents"] = case.expected_documents
+    if case.question is not None:
+        update["question"] = case.question
+    return trace.model_copy(update=update)
+
+
+def generation_messages(model: GenerationModel, case: SuiteCase) -> list[dict[str, str]]:
+    """The chat messages that ask `model` to answer `case` from its contexts alone."""
+    passages = "\n\n".join(f"[{i}] {c.text}" for i, c in enumerate(case.contexts, start=1)) or "(no context)"
+    return [
+        {"role": "system", "content": model.system_prompt},
+        {"role": "user", "content": f"Context:\n{passages}\n\nQuestion: {case.question}"},
+    ]
+
+
+def openai_generator(model: GenerationModel) -> Generator:
+    """`generate(case)` with the `openai` client; a failed call is a `SuiteError` naming the case."""
+    import openai
+
+    client = openai.OpenAI(base_url=model.base_url, timeout=model.timeout, max_retries=2)
+
+    def generate(case: SuiteCase) -> str:
+        try:
+            response = client.chat.completions.create(
+                model=model.model,
+                messages=generation_messages(model, case),  # type: ignore[arg-type]
+                temperature=model.temperature,
+            )
+        except openai.OpenAIError as exc:
+            raise SuiteError(f"case {case.name}: answer generation failed: {exc}") from None
+        content = response.choices[0].message.content if response.choices else None
+        if not content:
+            raise SuiteError(f"case {case.name}: the model returned no answer")
+        return content
+
+    return generate
 
 
 def _promised(score: Score) -> Score:
@@ -318,14 +425,9 @@ class SnapshotChange(BaseModel):
     reason: str
 
 
-def snapshot_of(suite: Suite) -> dict[str, SnapshotEntry]:
+def snapshot_of(results: Sequence[CaseResult]) -> dict[str, SnapshotEntry]:
     """Each case's answer and retrieved ids (documents without an id are left out of the overlap)."""
-    return {
-        case.name: SnapshotEntry(
-            answer=case.answer, retrieved_ids=[c.id for c in case.contexts if c.id is not None]
-        )
-        for case in suite.cases
-    }
+    return {r.name: SnapshotEntry(answer=r.answer or "", retrieved_ids=r.retrieved_ids) for r in results}
 
 
 def read_snapshot(path: Path) -> dict[str, SnapshotEntry]:

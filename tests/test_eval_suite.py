@@ -218,3 +218,120 @@ def test_snapshot_measures() -> None:
     assert answer_similarity("", "") == 1.0
     assert retrieval_overlap(["a", "b"], ["b", "c"]) == 1 / 3
     assert retrieval_overlap([], []) == 1.0
+
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+def _span(span_id: str, parent: str | None, name: str, attributes: dict[str, str]) -> dict[str, Any]:
+    span: dict[str, Any] = {
+        "traceId": TRACE,
+        "spanId": span_id,
+        "name": name,
+        "kind": 1,
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": "1700000000500000000",
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()],
+    }
+    if parent:
+        span["parentSpanId"] = parent
+    return span
+
+
+def captured_openinference_trace(path: Path, answer: str) -> None:
+    """One OpenInference RAG trace (chain -> retriever, llm) as an OTLP/JSON capture line."""
+    question = "How long do I have to return an item for a refund?"
+    spans = [
+        _span(
+            "a1a1a1a1a1a1a1a1",
+            None,
+            "rag",
+            {"openinference.span.kind": "CHAIN", "input.value": question, "output.value": answer},
+        ),
+        _span(
+            "b2b2b2b2b2b2b2b2",
+            "a1a1a1a1a1a1a1a1",
+            "retrieve",
+            {
+                "openinference.span.kind": "RETRIEVER",
+                "input.value": question,
+                "retrieval.documents.0.document.id": "returns-policy",
+                "retrieval.documents.0.document.content": POLICY,
+                "retrieval.documents.1.document.id": "shipping",
+                "retrieval.documents.1.document.content": "Standard shipping takes 3 to 5 business days.",
+            },
+        ),
+        _span(
+            "c3c3c3c3c3c3c3c3",
+            "a1a1a1a1a1a1a1a1",
+            "llm",
+            {"openinference.span.kind": "LLM", "output.value": answer},
+        ),
+    ]
+    request = {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": spans}]}]}
+    path.write_text(json.dumps(request) + "\n", encoding="utf-8")
+
+
+def test_cases_can_point_at_captured_trace_files(tmp_path: Path) -> None:
+    (tmp_path / "captures").mkdir()
+    captured_openinference_trace(tmp_path / "captures" / "good.jsonl", GOOD["answer"])
+    captured_openinference_trace(tmp_path / "captures" / "bad.jsonl", INVENTED["answer"])
+    reference = {"expected_documents": ["shipping"], "expected": GOOD["expected"]}
+    suite = {
+        "evaluators": [{"name": "retrieval.mrr@5"}, {"name": "faithfulness"}],
+        "cases": [
+            {"name": "good", "trace": "captures/good.jsonl", **reference},
+            {"name": "bad", "trace": "captures/bad.jsonl", "trace_id": TRACE, **reference},
+        ],
+    }
+    result = run_eval(tmp_path, suite, "--json", "r.json")
+    assert result.returncode == 1, result.stderr
+    scores = {
+        c["name"]: {s["name"]: s for s in c["scores"]} for c in json.loads((tmp_path / "r.json").read_text())
+    }
+    # The trace's documents are read in rank order: the expected `shipping` is at rank 2.
+    assert scores["good"]["retrieval.mrr@5"]["value"] == 0.5
+    assert scores["good"]["faithfulness"]["status"] == "pass"
+    assert scores["bad"]["faithfulness"]["status"] == "fail"
+
+    missing = run_eval(tmp_path, {"cases": [{"name": "x", "trace": "captures/nope.jsonl"}]})
+    assert missing.returncode == 1 and "nope.jsonl" in missing.stderr and "Traceback" not in missing.stderr
+    wrong_id = run_eval(
+        tmp_path, {"cases": [{"name": "x", "trace": "captures/good.jsonl", "trace_id": "ab" * 16}]}
+    )
+    assert wrong_id.returncode == 1 and "no trace" in wrong_id.stderr
+
+
+def test_model_generates_answers_from_the_fixed_contexts(tmp_path: Path) -> None:
+    from tests.openai_stub import OpenAIStub
+
+    with OpenAIStub() as stub:
+        stub.reply("You can return items within 30 days of delivery for a full refund.")
+        stub.reply("You can return items within 60 days, and shipping is free.")
+        suite = {
+            "model": {"model": "gen-model", "base_url": stub.base_url},
+            "evaluators": [{"name": "faithfulness"}],
+            "cases": [
+                {k: v for k, v in GOOD.items() if k != "answer"},
+                {**{k: v for k, v in GOOD.items() if k != "answer"}, "name": "second"},
+            ],
+        }
+        env_key = os.environ.get("OPENAI_API_KEY")
+        os.environ["OPENAI_API_KEY"] = "test"
+        try:
+            result = run_eval(tmp_path, suite, "--json", "r.json")
+        finally:
+            if env_key is None:
+                del os.environ["OPENAI_API_KEY"]
+            else:
+                os.environ["OPENAI_API_KEY"] = env_key
+        sent = [r.json for r in stub.requests]
+    assert result.returncode == 1, result.stderr
+    assert [r["model"] for r in sent] == ["gen-model", "gen-model"]
+    user = sent[0]["messages"][1]["content"]
+    assert POLICY in user and GOOD["question"] in user
+    statuses = [c["scores"][0]["status"] for c in json.loads((tmp_path / "r.json").read_text())]
+    assert statuses == ["pass", "fail"]  # the second generated answer invents 60 days
+
+    no_answer = run_eval(tmp_path, {"cases": [{k: v for k, v in GOOD.items() if k != "answer"}]})
+    assert no_answer.returncode == 1 and "no `answer`, and the suite has no `model:`" in no_answer.stderr
