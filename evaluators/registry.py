@@ -5,18 +5,24 @@ An entry is a score name of DESIGN §6 plus options: `min` (or its synonym `thre
 `faithfulness`, `entities` for `context_entity_recall`). Every mistake is a ValueError that names
 the entry and the key, raised when the configuration is read, never while scoring.
 
-Built so far: the retrieval family and the no-judge variants of the text evaluators. The judge
-variants come next; until they exist, `judge: true` and `mode` are refused with a message saying so.
+Built so far: the retrieval family, the no-judge variants of the text evaluators, and the judge
+variants of `faithfulness` (and its aliases; option `mode`: claims | answer) and `context_relevance`
+(option `metric`: share | precision@k | ndcg@k | mrr). With a `JudgeClient` given, those names use the
+judge variant unless the entry says `judge: false`; `judge: true` without a judge, or on a name whose
+judge variant is not built yet, is refused with a message saying so.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .retrieval import make_retrieval_evaluator
 from .text import FAITHFULNESS_ALIASES, TEXT_EVALUATORS, Evaluator
+
+if TYPE_CHECKING:  # the judge modules (and `openai`) load only when a judge variant is built
+    from .judge.client import JudgeClient
 
 # The deterministic set used when the configuration lists no evaluators. Precision@k is left out:
 # DESIGN requires an explicit `min` for it (its reachable maximum depends on k and the case).
@@ -29,6 +35,7 @@ DEFAULT_ENTRIES: tuple[dict[str, Any], ...] = (
     *({"name": name} for name in TEXT_EVALUATORS),
 )
 _COMMON_KEYS = frozenset({"name", "min", "threshold", "mode", "judge"})
+JUDGE_NAMES = (*FAITHFULNESS_ALIASES, "context_relevance")
 
 
 def known_names() -> list[str]:
@@ -37,17 +44,30 @@ def known_names() -> list[str]:
     return [*retrieval, *TEXT_EVALUATORS, *(a for a in FAITHFULNESS_ALIASES if a not in TEXT_EVALUATORS)]
 
 
-def build_evaluator(entry: Mapping[str, Any]) -> Evaluator:
-    """One evaluator from one entry; ValueError (`<key>: <problem>`) when the entry is wrong."""
+def build_evaluator(entry: Mapping[str, Any], judge: JudgeClient | None = None) -> Evaluator:
+    """One evaluator from one entry; ValueError (`<key>: <problem>`) when the entry is wrong.
+
+    With `judge`, names that have a judge variant use it unless the entry says `judge: false`."""
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError("name: required, a score name such as retrieval.recall@5 or faithfulness")
     minimum = _minimum(entry)
-    if entry.get("judge") is True:
-        raise ValueError(f"judge: the judge variant of {name} is not built yet; use judge: false")
-    if entry.get("mode") is not None:
-        raise ValueError(f"mode: applies to the judge variant of {name}, which is not built yet")
+    wants = entry.get("judge")
+    if wants is not None and not isinstance(wants, bool):
+        raise ValueError(f"judge: must be true or false, got {wants!r}")
+    if wants is True and name not in JUDGE_NAMES:
+        known = name.startswith("retrieval.") or name in TEXT_EVALUATORS
+        if known:
+            raise ValueError(f"judge: the judge variant of {name} is not built yet; use judge: false")
+    if wants is True and judge is None and (name in JUDGE_NAMES):
+        raise ValueError("judge: no judge configured (set judge.model)")
+    use_judge = name in JUDGE_NAMES and judge is not None and wants is not False
     options = {k: v for k, v in entry.items() if k not in _COMMON_KEYS}
+    if use_judge:
+        assert judge is not None
+        return _judge_variant(name, judge, minimum, entry.get("mode"), options)
+    if entry.get("mode") is not None:
+        raise ValueError(f"mode: applies to the judge variant of {name}, which is not in use")
     if name.startswith("retrieval."):
         if options:
             raise ValueError(f"{sorted(options)[0]}: unknown option for {name}")
@@ -60,13 +80,36 @@ def build_evaluator(entry: Mapping[str, Any]) -> Evaluator:
     return _call(factory, name, minimum, options)
 
 
-def build_evaluators(entries: Sequence[Mapping[str, Any]] | None) -> list[Evaluator]:
-    """Every evaluator of a configuration's `evaluators:` list (None: the default deterministic set).
-    Errors name the entry: `evaluators[2].coverage: ...`."""
+def _judge_variant(
+    name: str, judge: JudgeClient, minimum: float | None, mode: Any, options: dict[str, Any]
+) -> Evaluator:
+    from .judge.scorers import make_judge_context_relevance, make_judge_faithfulness
+
+    if name in FAITHFULNESS_ALIASES:
+        for option in options:
+            raise ValueError(f"{option}: unknown option for the judge variant of {name}")
+        mode = "claims" if mode is None else mode
+        if mode not in ("claims", "answer"):
+            raise ValueError(f"mode: must be claims or answer for {name}, got {mode!r}")
+        return make_judge_faithfulness(judge, minimum, mode=mode, name=name)
+    if mode is not None:
+        raise ValueError(f"mode: unknown option for {name} (use metric: share | precision@k | ndcg@k | mrr)")
+    metric = options.pop("metric", "share")
+    for option in options:
+        raise ValueError(f"{option}: unknown option for the judge variant of {name}")
+    return make_judge_context_relevance(judge, minimum, metric=metric)
+
+
+def build_evaluators(
+    entries: Sequence[Mapping[str, Any]] | None, judge: JudgeClient | None = None
+) -> list[Evaluator]:
+    """Every evaluator of a configuration's `evaluators:` list (None: the default deterministic set,
+    with `faithfulness` and `context_relevance` replaced by their judge variants when `judge` is
+    given). Errors name the entry: `evaluators[2].coverage: ...`."""
     built = []
     for index, entry in enumerate(DEFAULT_ENTRIES if entries is None else entries):
         try:
-            built.append(build_evaluator(entry))
+            built.append(build_evaluator(entry, judge))
         except ValueError as exc:
             raise ValueError(f"evaluators[{index}].{exc}") from None
     return built

@@ -88,7 +88,14 @@ def test_aliases_keep_their_name_and_options_reach_the_evaluator() -> None:
             "evaluators[0].threshold: give min or threshold",
         ),
         ({"name": "retrieval.precision@5"}, "needs a `min`"),
-        ({"name": "faithfulness", "judge": True}, "evaluators[0].judge: the judge variant of faithfulness"),
+        (
+            {"name": "faithfulness", "judge": True},
+            "evaluators[0].judge: no judge configured (set judge.model)",
+        ),
+        (
+            {"name": "citation", "judge": True},
+            "evaluators[0].judge: the judge variant of citation is not built",
+        ),
         ({"name": "faithfulness", "mode": "claims"}, "evaluators[0].mode: applies to the judge variant"),
     ],
 )
