@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 import click
 import httpx
 import orjson
+from rich.console import Console
+from rich.table import Table
 
 from collector.config import Config, ConfigError, load_config
 from collector.datasets import Case, DatasetError, cases_table, read_cases, write_cases
@@ -416,13 +418,14 @@ def eval_suite(
         run_suite,
     )
 
-    _load(ctx, config_path)  # a bad config file is refused here too
+    config = _load(ctx, config_path)
     suite = load_suite(suite_file)
     previous = read_baseline(baseline) if baseline else None
+    judge = _judge_client(config) if config.judge.model else None
     try:
         results = run_suite(
             suite,
-            build_evaluators,
+            functools.partial(build_evaluators, judge=judge),
             load_trace=lambda path, trace_id: read_trace(suite_file.parent / path, trace_id),
             generate=openai_generator(suite.model) if suite.model else None,
         )
@@ -444,6 +447,114 @@ def eval_suite(
         raise click.UsageError("--update-snapshot needs --snapshot FILE")
     if any(result.failed for result in results):
         sys.exit(1)
+
+
+def _judge_client(config: Config, model: str | None = None, **overrides: Any) -> Any:
+    """The configured judge (`judge:` keys, `model` overriding judge.model), after its pre-run check."""
+    from evaluators.judge import JudgeCheckError, JudgeClient, JudgeSettings
+
+    settings = JudgeSettings.model_validate({**config.judge.model_dump(), **overrides})
+    if model:
+        settings.model = model
+    if not settings.model:
+        raise click.ClickException("no judge model: set judge.model in the config or pass --judge MODEL")
+    client = JudgeClient(settings)
+    try:
+        client.check()
+    except JudgeCheckError as exc:
+        client.close()
+        raise click.ClickException(str(exc)) from None
+    return client
+
+
+@main.command()
+@click.argument("cases_file", metavar="CASES", type=click.Path(dir_okay=False, path_type=Path))
+@_config_option
+@click.option("--judge", "judge_model", help="Judge model (default: judge.model).")
+@click.option("--base-url", help="Judge endpoint (default: judge.base_url, else OPENAI_BASE_URL).")
+@click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True, help="Runs per case.")
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON."
+)
+@click.pass_context
+@_user_errors
+def calibrate(
+    ctx: click.Context,
+    cases_file: Path,
+    config_path: str | None,
+    judge_model: str | None,
+    base_url: str | None,
+    repeats: int,
+    json_path: Path | None,
+) -> None:
+    """Measure the judge on cases with known verdicts: accuracy per evaluator and mode, false
+    passes and fails, errors, disagreement across repeats, and robustness to prompt injection."""
+    from evaluators.calibration import load_calibration, run_calibration, tag_counts
+    from evaluators.registry import build_evaluator
+
+    config = _load(ctx, config_path)
+    calibration = load_calibration(cases_file)
+    overrides: dict[str, Any] = {"cache_size": 0}  # repeats must reach the judge, not the cache
+    if base_url:
+        overrides["base_url"] = base_url
+    judge = _judge_client(config, judge_model, **overrides)
+    try:
+        reports = run_calibration(
+            calibration, functools.partial(build_evaluator, judge=judge), repeats=repeats
+        )
+    finally:
+        judge.close()
+    tags = ", ".join(f"{tag} {n}" for tag, n in tag_counts(calibration).items())
+    click.echo(
+        f"{calibration.name}: {len(calibration.cases)} case(s) ({tags}); "
+        f"judge {judge.model}, {repeats} run(s)"
+    )
+    table = Table(
+        "evaluator",
+        "mode",
+        "runs",
+        "accuracy",
+        "false pass",
+        "false fail",
+        "errors",
+        "timeouts",
+        "disagree",
+        "injection ok",
+        "injection false pass",
+    )
+    for r in reports:
+        if r.unavailable:
+            table.add_row(r.evaluator, r.mode or "-", "-", "not built", *["-"] * 7)
+            continue
+        accuracy = "-" if r.accuracy is None else f"{r.accuracy:.0%}"
+        injection = "-" if r.injection_accuracy is None else f"{r.injection_correct}/{r.injection_runs}"
+        table.add_row(
+            r.evaluator,
+            r.mode or "-",
+            str(r.runs),
+            accuracy,
+            str(r.false_passes),
+            str(r.false_fails),
+            str(r.errors),
+            str(r.timeouts),
+            str(r.disagreements),
+            injection,
+            str(r.injection_false_passes),
+        )
+    Console(width=160).print(table)
+    for r in reports:
+        if r.false_pass_cases:
+            click.echo(
+                f"false passes, {r.evaluator} {r.mode or ''}: {', '.join(sorted(set(r.false_pass_cases)))}"
+            )
+    if json_path:
+        report = {
+            "name": calibration.name,
+            "judge": judge.model,
+            "repeats": repeats,
+            "evaluators": [r.as_dict() for r in reports],
+        }
+        json_path.write_text(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode(), encoding="utf-8")
 
 
 def _check_snapshot(
