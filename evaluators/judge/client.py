@@ -150,11 +150,17 @@ def strict_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
 
     Strict mode wants every object closed (`additionalProperties: false`) with all its properties
     required and no `default`s; pydantic still applies its own defaults when it validates the reply.
+    pydantic's `title` annotations are dropped: they tell the model nothing and cost prompt tokens on
+    every call (a string `title` is the keyword; a property named title has a schema, kept).
     """
 
     def fix(node: Any) -> Any:
         if isinstance(node, dict):
-            node = {key: fix(value) for key, value in node.items() if key != "default"}
+            node = {
+                key: fix(value)
+                for key, value in node.items()
+                if key != "default" and not (key == "title" and isinstance(value, str))
+            }
             if node.get("type") == "object" and "properties" in node:
                 node["additionalProperties"] = False
                 node["required"] = list(node["properties"])

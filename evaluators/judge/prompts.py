@@ -17,26 +17,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .fence import FencedInputs
 
-FAITHFULNESS_VERSION = "faithfulness/1"
-CONTEXT_RELEVANCE_VERSION = "context_relevance/1"
+FAITHFULNESS_VERSION = "faithfulness/2"
+CONTEXT_RELEVANCE_VERSION = "context_relevance/2"
 
 FAITHFULNESS_PROMPT = """\
 You check whether an ANSWER is supported by retrieved DOCUMENTS.
 
-1. Split the answer into its claims: short, self-contained factual statements, each understandable \
-without the others (resolve pronouns). Skip greetings, questions, offers of help and statements \
-that the answer cannot help. Do not invent claims the answer does not make.
-2. For each claim give a verdict using ONLY the documents, not your own knowledge:
-   - "supported": a document states it or it follows directly from a document;
-   - "contradicted": a document states something incompatible with it;
-   - "unsupported": the documents do not state it (not stated counts as unsupported, even if true).
-3. For a supported or contradicted claim, give doc_id: the id attribute of the document (or its rank \
-attribute when it has no id) and quote: a short exact quote from that document (at most 20 words). \
-For an unsupported claim, doc_id and quote are null.
-4. reason: at most 15 words.
-
-Reply with JSON only: {"claims": [{"claim": str, "verdict": "supported"|"unsupported"|"contradicted", \
-"doc_id": str|null, "quote": str|null, "reason": str}]}. An answer with no claim gets {"claims": []}.\
+1. Split the answer into claims: short factual statements, each understandable alone (resolve \
+pronouns). Skip greetings, questions and offers of help; add no claim the answer does not make.
+2. Judge each claim using ONLY the documents, not your own knowledge:
+   "supported": a document states it or it follows directly from one;
+   "contradicted": a document states something incompatible with it;
+   "unsupported": no document states it (not stated is unsupported, even if true).
+3. For a supported or contradicted claim, doc_id is the document's id attribute (its rank when it \
+has none) and quote a short exact quote from it (at most 20 words); else both are null.
+4. reason: at most 15 words. An answer with no claim gets an empty claims list.\
 """
 
 CONTEXT_RELEVANCE_PROMPT = """\
@@ -47,9 +42,7 @@ It is not relevant when it is about something else, only shares words with the q
 Judge each document on its own, using only its text and the question, not your own knowledge.
 
 Give exactly one verdict per document, in the order given, with rank equal to the document's rank \
-attribute: {"rank": int, "relevant": bool, "reason": str (at most 15 words)}.
-
-Reply with JSON only: {"documents": [ ...one verdict per document... ]}.\
+attribute: {"rank": int, "relevant": bool, "reason": str (at most 15 words)}.\
 """
 
 
