@@ -24,13 +24,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from semconv.models import RagTrace
 
 from .scores import Score
-from .suite import SuiteCase, SuiteError, case_trace
+from .suite import SuiteCase, SuiteError, case_trace, read_yaml_model
 
 Verdict = Literal["pass", "fail"]
 # Modes calibrated for each judge evaluator (None: the evaluator has one mode).
@@ -83,18 +82,7 @@ class EvaluatorReport(BaseModel):
 
 def load_calibration(path: Path) -> CalibrationSet:
     """Read and validate a calibration file; `SuiteError` naming the file and key on any mistake."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SuiteError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise SuiteError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        calibration = CalibrationSet.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise SuiteError(f"{path}: {where}: {first['msg']}") from None
+    calibration = read_yaml_model(path, CalibrationSet)
     for index, case in enumerate(calibration.cases):
         if case.answer is None or case.trace is not None:
             raise SuiteError(f"{path}: cases.{index}: a calibration case needs an inline `answer`")

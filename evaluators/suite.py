@@ -33,7 +33,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from xml.etree import ElementTree
 
 import yaml
@@ -132,8 +132,11 @@ class CaseResult(BaseModel):
         return any(score.status in ("fail", "error") for score in self.scores)
 
 
-def load_suite(path: Path) -> Suite:
-    """Read and validate a suite file; `SuiteError` naming the file and key path on any mistake."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_yaml_model(path: Path, model: type[M]) -> M:
+    """A YAML file validated as `model`; `SuiteError` naming the file and the key path on any mistake."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -141,13 +144,18 @@ def load_suite(path: Path) -> Suite:
     except yaml.YAMLError as exc:
         raise SuiteError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise SuiteError(f"{path}: a suite is a mapping with `cases:` (and optionally `name`, `evaluators`)")
+        raise SuiteError(f"{path}: expected a mapping with `cases:` (and optionally `name`, `evaluators`)")
     try:
-        suite = Suite.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise SuiteError(f"{path}: {where}: {first['msg']}") from None
+
+
+def load_suite(path: Path) -> Suite:
+    """Read and validate a suite file; `SuiteError` naming the file and key path on any mistake."""
+    suite = read_yaml_model(path, Suite)
     names = [case.name for case in suite.cases]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
