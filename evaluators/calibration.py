@@ -1,7 +1,7 @@
 """Judge calibration for `ragpulse calibrate CASES` (DESIGN section 3, issue 4).
 
 A calibration file is a suite whose cases carry known verdicts (`verdicts: {faithfulness: fail}`)
-and tags (`invented_claim`, `injection`, ...); see `examples/calibration/cases.yaml`. Every judge
+and tags (`invented_claim`, `injection`, ...). Every judge
 evaluator named in a verdict runs on every case that has a verdict for it, in each of its modes
 (`faithfulness`: `answer` and `claims`), `repeats` times, and the report counts per evaluator and
 mode:
