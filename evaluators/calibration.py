@@ -32,8 +32,13 @@ from .scores import Score
 from .suite import SuiteCase, SuiteError, case_trace, read_yaml_model
 
 Verdict = Literal["pass", "fail"]
-# Modes calibrated for each judge evaluator (None: the evaluator has one mode).
-MODES: dict[str, tuple[str | None, ...]] = {"faithfulness": ("answer", "claims")}
+# Modes calibrated for each judge evaluator (None: the evaluator has one mode). Known verdicts are
+# written for a mode's meaning: answer_correctness is calibrated in its default `f1` mode only,
+# since `precision` mode by design passes answers that leave an expected fact out.
+MODES: dict[str, tuple[str | None, ...]] = {
+    "faithfulness": ("answer", "claims"),
+    "answer_correctness": ("f1",),
+}
 
 
 class CalibrationCase(SuiteCase):
@@ -64,7 +69,7 @@ class EvaluatorReport(BaseModel):
     injection_runs: int = 0
     injection_correct: int = 0
     injection_false_passes: int = 0
-    unavailable: str | None = None  # why this evaluator could not be built (no judge variant yet)
+    unavailable: str | None = None  # why this evaluator could not be built (an exact rule, no judge)
     false_pass_cases: list[str] = Field(default_factory=list)
     false_fail_cases: list[str] = Field(default_factory=list)
 

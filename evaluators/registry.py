@@ -5,11 +5,12 @@ An entry is a score name of DESIGN §6 plus options: `min` (or its synonym `thre
 `faithfulness`, `entities` for `context_entity_recall`). Every mistake is a ValueError that names
 the entry and the key, raised when the configuration is read, never while scoring.
 
-Built so far: the retrieval family, the no-judge variants of the text evaluators, and the judge
-variants of `faithfulness` (and its aliases; option `mode`: claims | answer) and `context_relevance`
-(option `metric`: share | precision@k | ndcg@k | mrr). With a `JudgeClient` given, those names use the
-judge variant unless the entry says `judge: false`; `judge: true` without a judge, or on a name whose
-judge variant is not built yet, is refused with a message saying so.
+Every evaluator has a no-judge variant; these also have a judge variant: `faithfulness` (and its
+aliases; option `mode`: claims | answer), `context_relevance` (option `metric`: share | precision@k |
+ndcg@k | mrr), `context_precision`, `context_recall`, `answer_relevance` and `answer_correctness`
+(option `mode`: f1 | precision). With a `JudgeClient` given, those names use the judge variant unless
+the entry says `judge: false`; `judge: true` without a judge, or on a name with no judge variant
+(the retrieval family, `context_entity_recall`, `citation`: exact rules), is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +36,14 @@ DEFAULT_ENTRIES: tuple[dict[str, Any], ...] = (
     *({"name": name} for name in TEXT_EVALUATORS),
 )
 _COMMON_KEYS = frozenset({"name", "min", "threshold", "mode", "judge"})
-JUDGE_NAMES = (*FAITHFULNESS_ALIASES, "context_relevance")
+JUDGE_NAMES = (
+    *FAITHFULNESS_ALIASES,
+    "context_relevance",
+    "context_precision",
+    "context_recall",
+    "answer_relevance",
+    "answer_correctness",
+)
 
 
 def known_names() -> list[str]:
@@ -58,7 +66,7 @@ def build_evaluator(entry: Mapping[str, Any], judge: JudgeClient | None = None) 
     if wants is True and name not in JUDGE_NAMES:
         known = name.startswith("retrieval.") or name in TEXT_EVALUATORS
         if known:
-            raise ValueError(f"judge: the judge variant of {name} is not built yet; use judge: false")
+            raise ValueError(f"judge: {name} is an exact rule with no judge variant; drop judge: true")
     if wants is True and judge is None and (name in JUDGE_NAMES):
         raise ValueError("judge: no judge configured (set judge.model)")
     use_judge = name in JUDGE_NAMES and judge is not None and wants is not False
@@ -83,29 +91,41 @@ def build_evaluator(entry: Mapping[str, Any], judge: JudgeClient | None = None) 
 def _judge_variant(
     name: str, judge: JudgeClient, minimum: float | None, mode: Any, options: dict[str, Any]
 ) -> Evaluator:
-    from .judge.scorers import make_judge_context_relevance, make_judge_faithfulness
+    from .judge import scorers
 
-    if name in FAITHFULNESS_ALIASES:
-        for option in options:
-            raise ValueError(f"{option}: unknown option for the judge variant of {name}")
-        mode = "claims" if mode is None else mode
-        if mode not in ("claims", "answer"):
-            raise ValueError(f"mode: must be claims or answer for {name}, got {mode!r}")
-        return make_judge_faithfulness(judge, minimum, mode=mode, name=name)
-    if mode is not None:
-        raise ValueError(f"mode: unknown option for {name} (use metric: share | precision@k | ndcg@k | mrr)")
-    metric = options.pop("metric", "share")
+    modes: dict[str, tuple[str, ...]] = {
+        "answer_correctness": scorers.ANSWER_CORRECTNESS_MODES,
+        **{alias: scorers.FAITHFULNESS_MODES for alias in FAITHFULNESS_ALIASES},
+    }
+    if mode is not None and name not in modes:
+        hint = " (use metric: share | precision@k | ndcg@k | mrr)" if name == "context_relevance" else ""
+        raise ValueError(f"mode: unknown option for {name}{hint}")
+    if mode is not None and mode not in modes[name]:
+        raise ValueError(f"mode: must be {' or '.join(modes[name])} for {name}, got {mode!r}")
+    metric = options.pop("metric", "share") if name == "context_relevance" else None
     for option in options:
         raise ValueError(f"{option}: unknown option for the judge variant of {name}")
-    return make_judge_context_relevance(judge, minimum, metric=metric)
+    if name in FAITHFULNESS_ALIASES:
+        return scorers.make_judge_faithfulness(judge, minimum, mode=mode or "claims", name=name)
+    if name == "context_relevance":
+        assert metric is not None
+        return scorers.make_judge_context_relevance(judge, minimum, metric=metric)
+    if name == "answer_correctness":
+        return scorers.make_judge_answer_correctness(judge, minimum, mode=mode or "f1")
+    factories: dict[str, Callable[[JudgeClient, float | None], Evaluator]] = {
+        "context_precision": scorers.make_judge_context_precision,
+        "context_recall": scorers.make_judge_context_recall,
+        "answer_relevance": scorers.make_judge_answer_relevance,
+    }
+    return factories[name](judge, minimum)
 
 
 def build_evaluators(
     entries: Sequence[Mapping[str, Any]] | None, judge: JudgeClient | None = None
 ) -> list[Evaluator]:
     """Every evaluator of a configuration's `evaluators:` list (None: the default deterministic set,
-    with `faithfulness` and `context_relevance` replaced by their judge variants when `judge` is
-    given). Errors name the entry: `evaluators[2].coverage: ...`."""
+    with every evaluator that has a judge variant using it when `judge` is given). Errors name the
+    entry: `evaluators[2].coverage: ...`."""
     built = []
     for index, entry in enumerate(DEFAULT_ENTRIES if entries is None else entries):
         try:

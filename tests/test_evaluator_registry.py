@@ -94,7 +94,7 @@ def test_aliases_keep_their_name_and_options_reach_the_evaluator() -> None:
         ),
         (
             {"name": "citation", "judge": True},
-            "evaluators[0].judge: the judge variant of citation is not built",
+            "evaluators[0].judge: citation is an exact rule with no judge variant",
         ),
         ({"name": "faithfulness", "mode": "claims"}, "evaluators[0].mode: applies to the judge variant"),
     ],

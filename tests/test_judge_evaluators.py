@@ -343,9 +343,7 @@ def test_registry_uses_judge_variants_when_a_judge_is_given(stub: OpenAIStub, cl
     assert len(evaluators) == len(build_evaluators(None))
     with pytest.raises(ValueError, match=r"^evaluators\[0\]\.mode: "):
         build_evaluators([{"name": "faithfulness", "mode": "strict"}], client)
-    with pytest.raises(
-        ValueError, match=r"^evaluators\[0\]\.judge: the judge variant of citation is not built"
-    ):
+    with pytest.raises(ValueError, match=r"^evaluators\[0\]\.judge: citation is an exact rule"):
         build_evaluators([{"name": "citation", "judge": True}], client)
     with pytest.raises(ValueError, match=r"^evaluators\[0\]\.metric: "):
         build_evaluators([{"name": "context_relevance", "metric": "nope"}], client)
@@ -355,11 +353,18 @@ def test_registry_uses_judge_variants_when_a_judge_is_given(stub: OpenAIStub, cl
 
 
 def test_default_set_with_a_judge_scores_through_the_judge(stub: OpenAIStub, client: JudgeClient) -> None:
+    # Replies in the default set's order; context_recall and answer_correctness need an expected
+    # answer, which this trace lacks, so they are skipped without a call.
     stub.reply(faith_reply(SUPPORTED))
+    stub.reply(json.dumps({"documents": [{"rank": 1, "useful": True}, {"rank": 2, "useful": False}]}))
     stub.reply(relevance_reply(True, False))
+    stub.reply(json.dumps({"parts": [{"part": "refund deadline", "addressed": True}], "noncommittal": False}))
     trace = make_trace(answer="Refunds are accepted within 30 days.")
     scores = {score.name: score for score in (evaluate(trace) for evaluate in build_evaluators(None, client))}
     assert scores["faithfulness"].model == "judge-model" and scores["faithfulness"].status == "pass"
     assert scores["context_relevance"].model == "judge-model" and scores["context_relevance"].value == 0.5
+    assert scores["context_precision"].model == "judge-model" and scores["context_precision"].value == 1.0
+    assert scores["answer_relevance"].model == "judge-model" and scores["answer_relevance"].value == 1.0
+    assert {scores[n].label for n in ("context_recall", "answer_correctness")} == {"no_reference"}
     assert scores["citation"].model is None
-    assert len(stub.chat_requests) == 2
+    assert len(stub.chat_requests) == 4

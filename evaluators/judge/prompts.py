@@ -19,6 +19,11 @@ from .fence import FencedInputs
 
 FAITHFULNESS_VERSION = "faithfulness/2"
 CONTEXT_RELEVANCE_VERSION = "context_relevance/2"
+CONTEXT_RECALL_VERSION = "context_recall/1"
+CONTEXT_PRECISION_VERSION = "context_precision/1"
+ANSWER_RELEVANCE_VERSION = "answer_relevance/1"
+ANSWER_CORRECTNESS_VERSION = "answer_correctness/1"
+ANSWER_PRECISION_VERSION = "answer_correctness.precision/1"
 
 FAITHFULNESS_PROMPT = """\
 You check whether an ANSWER is supported by retrieved DOCUMENTS.
@@ -43,6 +48,70 @@ Judge each document on its own, using only its text and the question, not your o
 
 Give exactly one verdict per document, in the order given, with rank equal to the document's rank \
 attribute: {"rank": int, "relevant": bool, "reason": str (at most 15 words)}.\
+"""
+
+
+CONTEXT_RECALL_PROMPT = """\
+You check whether retrieved DOCUMENTS contain the facts of a REFERENCE answer (the known correct \
+answer to the question).
+
+1. Split the reference into claims: short factual statements, each understandable alone (resolve \
+pronouns). Skip greetings and offers of help; add no claim the reference does not make.
+2. Judge each claim using ONLY the documents, not your own knowledge:
+   "supported": a document states it or it follows directly from one;
+   "contradicted": a document states something incompatible with it;
+   "unsupported": no document states it.
+3. For a supported or contradicted claim, doc_id is the document's id attribute (its rank when it \
+has none) and quote a short exact quote from it (at most 20 words); else both are null.
+4. reason: at most 15 words.\
+"""
+
+CONTEXT_PRECISION_PROMPT = """\
+You rate whether each retrieved DOCUMENT was useful for arriving at the REFERENCE answer to a \
+user's QUESTION.
+
+A document is useful when it states information that the reference answer uses. It is not useful \
+when it is about something else, only shares words with the question, or is empty. Judge each \
+document on its own, using only its text, the question and the reference, not your own knowledge.
+
+Give exactly one verdict per document, in the order given, with rank equal to the document's rank \
+attribute: {"rank": int, "useful": bool, "reason": str (at most 15 words)}.\
+"""
+
+ANSWER_RELEVANCE_PROMPT = """\
+You rate whether an ANSWER addresses a user's QUESTION. Do not judge whether the answer is true.
+
+1. Split the question into the parts a complete answer must address (usually one; a question that \
+asks two things has two).
+2. For each part, addressed is true when the answer responds to it directly (a wrong answer still \
+addresses it), false when the answer ignores it, evades it or talks about something else.
+3. noncommittal is true when the answer as a whole refuses, evades or says it does not know.
+4. reason: at most 15 words.\
+"""
+
+_ANSWER_CLAIMS = """\
+1. Split the answer into claims: short factual statements, each understandable alone (resolve \
+pronouns). Skip greetings, questions and offers of help.
+2. Judge each answer claim using ONLY the reference, not your own knowledge:
+   "supported": the reference states it or it follows directly from it;
+   "contradicted": the reference states something incompatible with it;
+   "unsupported": the reference does not say it.\
+"""
+
+ANSWER_CORRECTNESS_PROMPT = f"""\
+You compare an ANSWER with the REFERENCE answer (the known correct answer) to a user's QUESTION.
+
+{_ANSWER_CLAIMS}
+3. Split the reference into statements the same way; for each, present is true when the answer \
+states it (in any words), false when the answer leaves it out or says otherwise.
+4. reason: at most 15 words.\
+"""
+
+ANSWER_PRECISION_PROMPT = f"""\
+You compare an ANSWER with the REFERENCE answer (the known correct answer) to a user's QUESTION.
+
+{_ANSWER_CLAIMS}
+3. reason: at most 15 words.\
 """
 
 
@@ -76,6 +145,61 @@ class ContextRelevanceVerdict(BaseModel):
     documents: list[DocumentVerdict]
 
 
+class UsefulnessVerdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=1)
+    useful: bool
+    reason: str = ""
+
+
+class ContextPrecisionVerdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[UsefulnessVerdict]
+
+
+class QuestionPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    part: str = Field(min_length=1)
+    addressed: bool
+    reason: str = ""
+
+
+class AnswerRelevanceVerdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    parts: list[QuestionPart]
+    noncommittal: bool
+
+
+class AnswerClaim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    claim: str = Field(min_length=1)
+    verdict: Literal["supported", "unsupported", "contradicted"]
+    reason: str = ""
+
+
+class ReferenceStatement(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    statement: str = Field(min_length=1)
+    present: bool
+    reason: str = ""
+
+
+class AnswerPrecisionVerdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    answer_claims: list[AnswerClaim]
+
+
+class AnswerCorrectnessVerdict(AnswerPrecisionVerdict):
+    reference_statements: list[ReferenceStatement]
+
+
 def _system(prompt: str, fenced: FencedInputs) -> str:
     return f"{prompt}\n\n{fenced.fence.rules()}"
 
@@ -97,5 +221,45 @@ def context_relevance_messages(fenced: FencedInputs, count: int) -> list[dict[st
     )
     return [
         {"role": "system", "content": _system(CONTEXT_RELEVANCE_PROMPT, fenced)},
+        {"role": "user", "content": user},
+    ]
+
+
+def context_recall_messages(fenced: FencedInputs) -> list[dict[str, str]]:
+    user = f"DOCUMENTS:\n{fenced.documents_text()}\n\nREFERENCE:\n{fenced.blocks['reference']}"
+    if "question" in fenced.blocks:
+        user = f"QUESTION (context only, do not judge it):\n{fenced.blocks['question']}\n\n{user}"
+    return [
+        {"role": "system", "content": _system(CONTEXT_RECALL_PROMPT, fenced)},
+        {"role": "user", "content": user},
+    ]
+
+
+def context_precision_messages(fenced: FencedInputs, count: int) -> list[dict[str, str]]:
+    user = (
+        f"QUESTION:\n{fenced.blocks['question']}\n\nREFERENCE:\n{fenced.blocks['reference']}\n\n"
+        f"DOCUMENTS ({count}, give {count} verdicts):\n{fenced.documents_text()}"
+    )
+    return [
+        {"role": "system", "content": _system(CONTEXT_PRECISION_PROMPT, fenced)},
+        {"role": "user", "content": user},
+    ]
+
+
+def answer_relevance_messages(fenced: FencedInputs) -> list[dict[str, str]]:
+    user = f"QUESTION:\n{fenced.blocks['question']}\n\nANSWER:\n{fenced.blocks['answer']}"
+    return [
+        {"role": "system", "content": _system(ANSWER_RELEVANCE_PROMPT, fenced)},
+        {"role": "user", "content": user},
+    ]
+
+
+def answer_correctness_messages(fenced: FencedInputs, *, precision_only: bool) -> list[dict[str, str]]:
+    prompt = ANSWER_PRECISION_PROMPT if precision_only else ANSWER_CORRECTNESS_PROMPT
+    user = f"ANSWER:\n{fenced.blocks['answer']}\n\nREFERENCE:\n{fenced.blocks['reference']}"
+    if "question" in fenced.blocks:
+        user = f"QUESTION (context only, do not judge it):\n{fenced.blocks['question']}\n\n{user}"
+    return [
+        {"role": "system", "content": _system(prompt, fenced)},
         {"role": "user", "content": user},
     ]

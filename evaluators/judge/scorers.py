@@ -1,4 +1,5 @@
 """Judge evaluators: `Callable[[RagTrace], Score]` built on the fail-closed `JudgeClient`.
+Default pass lines are those of the no-judge variants (`evaluators.text.DEFAULT_MIN`).
 
 One judge call per evaluator per trace (DESIGN.md section 6):
 
@@ -13,8 +14,15 @@ One judge call per evaluator per trace (DESIGN.md section 6):
   share >= `min`). Reference-free ranking metrics from the same labels: `precision@k`, `ndcg@k`,
   `mrr` (scores `context_relevance.precision@5`, ...). The prompt (and so the client's content-hash
   cache key) is the same for every metric, so several metrics on one trace cost one call.
+- `make_judge_context_recall`: the judge splits the EXPECTED answer into claims and judges each
+  against the documents (the faithfulness check, other text); value = supported share.
+- `make_judge_context_precision`: one usefulness verdict per document against the expected answer
+  (or the answer when none is known), then the rank-aware average precision of the useful ones.
+- `make_judge_answer_relevance`: the question's parts, each addressed or not, and a noncommittal flag.
+- `make_judge_answer_correctness`: answer claims judged against the expected answer and, in mode
+  `f1`, the expected statements found in the answer or not; F1 (mode `precision`: precision).
 
-Rules shared by both:
+Rules shared by all (where they apply):
 
 - The answer is pre-checked with the deterministic `claims()`: a refusal or pleasantry-only answer is
   `skipped` `no_claims` without a call; no answer -> `skipped` `no_answer`.
@@ -35,19 +43,36 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 from semconv.models import Document, RagTrace
 
 from ..scores import Score, ScoreItem
-from ..text import FAITHFULNESS_ALIASES, claims
+from ..text import DEFAULT_MIN, FAITHFULNESS_ALIASES, claims, rank_aware_precision
 from .client import JudgeClient, JudgeResult
 from .fence import FencedInputs, fence_inputs
 from .prompts import (
+    ANSWER_CORRECTNESS_VERSION,
+    ANSWER_PRECISION_VERSION,
+    ANSWER_RELEVANCE_VERSION,
+    CONTEXT_PRECISION_VERSION,
+    CONTEXT_RECALL_VERSION,
     CONTEXT_RELEVANCE_VERSION,
     FAITHFULNESS_VERSION,
+    AnswerCorrectnessVerdict,
+    AnswerPrecisionVerdict,
+    AnswerRelevanceVerdict,
+    ClaimVerdict,
+    ContextPrecisionVerdict,
     ContextRelevanceVerdict,
+    DocumentVerdict,
     FaithfulnessVerdict,
+    UsefulnessVerdict,
+    answer_correctness_messages,
+    answer_relevance_messages,
+    context_precision_messages,
+    context_recall_messages,
     context_relevance_messages,
     faithfulness_messages,
 )
@@ -102,6 +127,110 @@ def _no_text(name: str, threshold: float | None) -> Score:
     )
 
 
+def _context_gate(name: str, documents: Sequence[Document], threshold: float, nothing: str) -> Score | None:
+    """The score when the documents cannot be judged (no call made), else None: no documents ->
+    0 `fail` (`nothing` says what an empty context means), none with text -> `skipped`."""
+    if not documents:
+        explanation = f"no documents retrieved: {nothing} (no judge call)"
+        return Score.judged(name, 0.0, threshold, explanation=explanation)
+    if all(doc.content is None for doc in documents):
+        return _no_text(name, threshold)
+    return None
+
+
+def _blank(text: str | None) -> bool:
+    return text is None or not text.strip()
+
+
+def _default_min(name: str, min: float | None) -> float:
+    _check_min(name, min)
+    default = DEFAULT_MIN[name]
+    assert default is not None
+    return default if min is None else float(min)
+
+
+def _documents(trace: RagTrace) -> list[tuple[str | None, str]]:
+    return [(doc.id, doc.content or "") for doc in trace.contexts]
+
+
+@dataclass
+class ClaimTally:
+    """Claim verdicts after our own evidence check (see `check_claims`)."""
+
+    items: list[ScoreItem]
+    supported: int = 0
+    unsupported: int = 0
+    contradicted: int = 0
+    overruled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.supported + self.unsupported + self.contradicted
+
+
+def check_claims(verdicts: Sequence[ClaimVerdict], documents: Sequence[Document]) -> ClaimTally:
+    """Count claim verdicts, overruling to `unsupported` any supported or contradicted verdict whose
+    cited document is not in the trace or whose quote does not occur in it. Items carry the
+    evidence (document and quote, or the judge's reason, or why the verdict was overruled)."""
+    # id -> text; a document without an id is cited by its rank ("2" or "rank 2").
+    by_ref: dict[str, tuple[str, str]] = {}
+    for position, doc in enumerate(documents, start=1):
+        entry = (_label(doc, position), doc.content or "")
+        by_ref.setdefault(str(position), entry)
+        by_ref.setdefault(f"rank {position}", entry)
+        if doc.id is not None:
+            by_ref[doc.id] = entry
+
+    tally = ClaimTally(items=[])
+    for verdict in verdicts:
+        kind = verdict.verdict
+        evidence = verdict.reason or kind
+        if kind in ("supported", "contradicted"):
+            ref = by_ref.get((verdict.doc_id or "").strip())
+            quote = (verdict.quote or "").strip()
+            problem = None
+            if ref is None:
+                problem = f"the judge cited document {verdict.doc_id!r}, which the trace does not have"
+            elif not quote or _squash(quote) not in _squash(ref[1]):
+                problem = f"the judge's quote does not occur in doc {ref[0]}"
+            if problem is not None:
+                tally.overruled += 1
+                kind = "unsupported"
+                evidence = f"{verdict.verdict} by the judge, counted unsupported: {problem}"
+            else:
+                assert ref is not None
+                evidence = f"doc {ref[0]}: {quote}"
+                if verdict.verdict == "contradicted":
+                    because = f" ({verdict.reason})" if verdict.reason else ""
+                    evidence = f"contradicted by {evidence}{because}"
+        if kind == "supported":
+            tally.supported += 1
+        elif kind == "contradicted":
+            tally.contradicted += 1
+        else:
+            tally.unsupported += 1
+            if verdict.verdict == "unsupported":
+                evidence = f"unsupported: {verdict.reason or 'not stated in the documents'}"
+        tally.items.append(ScoreItem(text=verdict.claim, ok=kind == "supported", evidence=evidence))
+    return tally
+
+
+_Ranked = TypeVar("_Ranked", DocumentVerdict, UsefulnessVerdict)
+
+
+def in_rank_order(verdicts: Sequence[_Ranked], count: int) -> list[_Ranked] | str:
+    """The per-document verdicts ordered by rank, or why they cannot be used: exactly one verdict
+    per rank 1..count is required (a judge that skips or repeats a document gives no verdict)."""
+    ranks = sorted(v.rank for v in verdicts)
+    if ranks != list(range(1, count + 1)):
+        return (
+            f"the judge returned {len(verdicts)} verdict(s) with ranks {ranks} for "
+            f"{count} document(s) (ranks 1..{count} expected)"
+        )
+    by_rank = {v.rank: v for v in verdicts}
+    return [by_rank[rank] for rank in range(1, count + 1)]
+
+
 # --------------------------------------------------------------------------- faithfulness
 
 
@@ -134,18 +263,12 @@ def make_judge_faithfulness(
                 threshold=threshold,
             )
         documents = trace.contexts
-        if not documents:
-            return Score.judged(
-                name,
-                0.0,
-                threshold,
-                explanation="no documents retrieved: an empty context supports no claim (no judge call)",
-            )
-        if all(doc.content is None for doc in documents):
-            return _no_text(name, threshold)
+        gate = _context_gate(name, documents, threshold, "an empty context supports no claim")
+        if gate is not None:
+            return gate
         fenced = fence_inputs(
-            documents=[(doc.id, doc.content or "") for doc in documents],
-            question=trace.question if trace.question and trace.question.strip() else None,
+            documents=_documents(trace),
+            question=None if _blank(trace.question) else trace.question,
             answer=answer,
         )
         result = client.judge(
@@ -167,48 +290,9 @@ def make_judge_faithfulness(
             )
             return _with_judge(score, fields)
 
-        # id -> text; a document without an id is cited by its rank ("2" or "rank 2").
-        by_ref: dict[str, tuple[str, str]] = {}
-        for position, doc in enumerate(documents, start=1):
-            entry = (_label(doc, position), doc.content or "")
-            by_ref.setdefault(str(position), entry)
-            by_ref.setdefault(f"rank {position}", entry)
-            if doc.id is not None:
-                by_ref[doc.id] = entry
-
-        items: list[ScoreItem] = []
-        supported = unsupported = contradicted = overruled = 0
-        for verdict in verdicts:
-            kind = verdict.verdict
-            evidence = verdict.reason or kind
-            if kind in ("supported", "contradicted"):
-                ref = by_ref.get((verdict.doc_id or "").strip())
-                quote = (verdict.quote or "").strip()
-                problem = None
-                if ref is None:
-                    problem = f"the judge cited document {verdict.doc_id!r}, which the trace does not have"
-                elif not quote or _squash(quote) not in _squash(ref[1]):
-                    problem = f"the judge's quote does not occur in doc {ref[0]}"
-                if problem is not None:
-                    overruled += 1
-                    kind = "unsupported"
-                    evidence = f"{verdict.verdict} by the judge, counted unsupported: {problem}"
-                else:
-                    assert ref is not None
-                    evidence = f"doc {ref[0]}: {quote}"
-                    if verdict.verdict == "contradicted":
-                        evidence = f"contradicted by {evidence}" + (
-                            f" ({verdict.reason})" if verdict.reason else ""
-                        )
-            if kind == "supported":
-                supported += 1
-            elif kind == "contradicted":
-                contradicted += 1
-            else:
-                unsupported += 1
-                if verdict.verdict == "unsupported":
-                    evidence = f"unsupported: {verdict.reason or 'not stated in the documents'}"
-            items.append(ScoreItem(text=verdict.claim, ok=kind == "supported", evidence=evidence))
+        tally = check_claims(verdicts, documents)
+        supported, unsupported, contradicted = tally.supported, tally.unsupported, tally.contradicted
+        items, overruled = tally.items, tally.overruled
 
         total = len(verdicts)
         fraction = supported / total
@@ -302,7 +386,7 @@ def make_judge_context_relevance(
             )
         if all(doc.content is None for doc in documents):
             return _no_text(name, threshold)
-        fenced = fence_inputs(documents=[(doc.id, doc.content or "") for doc in documents], question=question)
+        fenced = fence_inputs(documents=_documents(trace), question=question)
         result = client.judge(
             context_relevance_messages(fenced, len(documents)),
             ContextRelevanceVerdict,
@@ -312,19 +396,9 @@ def make_judge_context_relevance(
         if result.parsed is None:
             return _error(name, client, result, CONTEXT_RELEVANCE_VERSION, threshold)
         fields = client.score_fields(result, CONTEXT_RELEVANCE_VERSION)
-        verdicts = result.parsed.documents
-        ranks = sorted(v.rank for v in verdicts)
-        if ranks != list(range(1, len(documents) + 1)):
-            score = Score.fail_error(
-                name,
-                "bad_verdict",
-                f"the judge returned {len(verdicts)} verdict(s) with ranks {ranks} for "
-                f"{len(documents)} document(s) (ranks 1..{len(documents)} expected)",
-                threshold=threshold,
-            )
-            return _with_judge(score, fields)
-        by_rank = {v.rank: v for v in verdicts}
-        ordered = [by_rank[rank] for rank in range(1, len(documents) + 1)]
+        ordered = in_rank_order(result.parsed.documents, len(documents))
+        if isinstance(ordered, str):
+            return _with_judge(Score.fail_error(name, "bad_verdict", ordered, threshold=threshold), fields)
         labels = [v.relevant for v in ordered]
         items = [
             ScoreItem(text=_label(doc, rank), ok=v.relevant, evidence=v.reason or None)
@@ -337,6 +411,293 @@ def make_judge_context_relevance(
             f"{sum(labels)} of {len(labels)} documents relevant per the judge; {metric} {value:.3g} ({rule})"
         )
         score = Score.judged(name, value, bar, explanation=_explain(text, fenced), items=items)
+        return _with_judge(score, fields)
+
+    return evaluate
+
+
+# --------------------------------------------------------------------------- context recall
+
+
+def make_judge_context_recall(client: JudgeClient, min: float | None = None) -> Evaluator:
+    """Judge context recall in one call: the judge splits the EXPECTED answer into claims and gives
+    each a verdict against the documents (with doc id and quote, checked like faithfulness).
+    Value = share of expected-answer claims the documents support; default `min` 0.8.
+
+    No expected answer -> `skipped` `no_reference` (an error in suites); an expected answer with
+    nothing checkable -> `skipped` `no_claims`; no documents -> 0 without a call.
+    """
+    name = "context_recall"
+    threshold = _default_min(name, min)
+
+    def evaluate(trace: RagTrace) -> Score:
+        expected = trace.expected_answer
+        if _blank(expected):
+            return Score.skip(name, "no_reference", "the trace has no expected answer", threshold=threshold)
+        assert expected is not None
+        if not claims(expected):
+            return Score.skip(
+                name, "no_claims", "the expected answer states nothing checkable", threshold=threshold
+            )
+        gate = _context_gate(name, trace.contexts, threshold, "it contains none of the expected answer")
+        if gate is not None:
+            return gate
+        fenced = fence_inputs(
+            documents=_documents(trace),
+            question=None if _blank(trace.question) else trace.question,
+            reference=expected,
+        )
+        result = client.judge(
+            context_recall_messages(fenced),
+            FaithfulnessVerdict,
+            prompt_version=CONTEXT_RECALL_VERSION,
+            fence_token=fenced.fence.token,
+        )
+        if result.parsed is None:
+            return _error(name, client, result, CONTEXT_RECALL_VERSION, threshold)
+        fields = client.score_fields(result, CONTEXT_RECALL_VERSION)
+        if not result.parsed.claims:
+            reason = "the judge found no statement in the expected answer"
+            return _with_judge(Score.fail_error(name, "bad_verdict", reason, threshold=threshold), fields)
+        tally = check_claims(result.parsed.claims, trace.contexts)
+        text = (
+            f"{tally.supported} of {tally.total} expected-answer statements found in the documents, "
+            f"{tally.unsupported} missing, {tally.contradicted} contradicted by them"
+        )
+        if tally.overruled:
+            text += f"; {tally.overruled} verdict(s) overruled to missing (evidence not in the documents)"
+        value = tally.supported / tally.total
+        score = Score.judged(name, value, threshold, explanation=_explain(text, fenced), items=tally.items)
+        return _with_judge(score, fields)
+
+    return evaluate
+
+
+# --------------------------------------------------------------------------- context precision
+
+
+def make_judge_context_precision(client: JudgeClient, min: float | None = None) -> Evaluator:
+    """Judge context precision in one call: one usefulness verdict per document ("useful for
+    arriving at the reference answer"), then the RAGAS / DeepEval rank-aware average precision over
+    the useful documents (`evaluators.text.rank_aware_precision`, no epsilon; not `map@k`). The
+    reference is the expected answer, or the app's answer when none is known (RAGAS's
+    context utilization); the explanation says which. Default `min` 0.5.
+
+    No question -> `skipped` `no_question`; neither expected answer nor answer -> `no_reference`;
+    no documents -> 0 without a call; a verdict list that does not cover ranks 1..n -> `error`
+    `bad_verdict`.
+    """
+    name = "context_precision"
+    threshold = _default_min(name, min)
+
+    def evaluate(trace: RagTrace) -> Score:
+        if _blank(trace.question):
+            return Score.skip(name, "no_question", "the trace has no question", threshold=threshold)
+        expected, answer = trace.expected_answer, trace.answer
+        reference, which = (expected, "expected answer") if not _blank(expected) else (answer, "answer")
+        if _blank(reference):
+            return Score.skip(
+                name, "no_reference", "the trace has no expected answer or answer", threshold=threshold
+            )
+        documents = trace.contexts
+        gate = _context_gate(name, documents, threshold, "nothing useful")
+        if gate is not None:
+            return gate
+        fenced = fence_inputs(documents=_documents(trace), question=trace.question, reference=reference)
+        result = client.judge(
+            context_precision_messages(fenced, len(documents)),
+            ContextPrecisionVerdict,
+            prompt_version=CONTEXT_PRECISION_VERSION,
+            fence_token=fenced.fence.token,
+        )
+        if result.parsed is None:
+            return _error(name, client, result, CONTEXT_PRECISION_VERSION, threshold)
+        fields = client.score_fields(result, CONTEXT_PRECISION_VERSION)
+        ordered = in_rank_order(result.parsed.documents, len(documents))
+        if isinstance(ordered, str):
+            return _with_judge(Score.fail_error(name, "bad_verdict", ordered, threshold=threshold), fields)
+        labels = [v.useful for v in ordered]
+        items = [
+            ScoreItem(text=_label(doc, rank), ok=v.useful, evidence=f"rank {rank}: {v.reason or '-'}")
+            for rank, (doc, v) in enumerate(zip(documents, ordered, strict=True), start=1)
+        ]
+        useful = [str(rank) for rank, ok in enumerate(labels, start=1) if ok]
+        text = (
+            f"{len(useful)} of {len(labels)} documents useful for the {which} per the judge"
+            + (f" (ranks {', '.join(useful)})" if useful else "")
+            + "; rank-aware average precision over the useful documents (not map@k)"
+        )
+        score = Score.judged(
+            name, rank_aware_precision(labels), threshold, explanation=_explain(text, fenced), items=items
+        )
+        return _with_judge(score, fields)
+
+    return evaluate
+
+
+# --------------------------------------------------------------------------- answer relevance
+
+
+def make_judge_answer_relevance(client: JudgeClient, min: float | None = None) -> Evaluator:
+    """Judge answer relevance in one call: the judge splits the question into the parts a complete
+    answer must address and says for each whether the answer addresses it (truth is not judged),
+    and whether the answer is noncommittal. Value = share of parts addressed, 0 (label
+    `noncommittal`) for an evasive answer; default `min` 0.5. Items: the parts, unanswered first.
+
+    An answer with nothing checkable (a refusal) is 0 `noncommittal` without a call, as without a
+    judge; no question / no answer -> skipped.
+    """
+    name = "answer_relevance"
+    threshold = _default_min(name, min)
+
+    def evaluate(trace: RagTrace) -> Score:
+        question, answer = trace.question, trace.answer
+        if _blank(question):
+            return Score.skip(name, "no_question", "the trace has no question", threshold=threshold)
+        if _blank(answer):
+            return Score.skip(name, "no_answer", "the trace has no answer", threshold=threshold)
+        assert answer is not None
+        if not claims(answer):
+            return Score.judged(
+                name,
+                0.0,
+                threshold,
+                label="noncommittal",
+                explanation="the answer is a refusal or states nothing checkable (no judge call)",
+            )
+        fenced = fence_inputs(question=question, answer=answer)
+        result = client.judge(
+            answer_relevance_messages(fenced),
+            AnswerRelevanceVerdict,
+            prompt_version=ANSWER_RELEVANCE_VERSION,
+            fence_token=fenced.fence.token,
+        )
+        if result.parsed is None:
+            return _error(name, client, result, ANSWER_RELEVANCE_VERSION, threshold)
+        fields = client.score_fields(result, ANSWER_RELEVANCE_VERSION)
+        verdict = result.parsed
+        if not verdict.parts:
+            reason = "the judge found no part in the question"
+            return _with_judge(Score.fail_error(name, "bad_verdict", reason, threshold=threshold), fields)
+        items = [
+            ScoreItem(
+                text=part.part,
+                ok=part.addressed,
+                evidence=part.reason or ("addressed" if part.addressed else "not addressed"),
+            )
+            for part in verdict.parts
+        ]
+        addressed = sum(part.addressed for part in verdict.parts)
+        text = f"{addressed} of {len(verdict.parts)} parts of the question addressed per the judge"
+        if verdict.noncommittal:
+            text += "; the answer is noncommittal (evades or does not know), so 0"
+        value = 0.0 if verdict.noncommittal else addressed / len(verdict.parts)
+        label = "noncommittal" if verdict.noncommittal else None
+        score = Score.judged(name, value, threshold, explanation=text, items=items, label=label)
+        return _with_judge(score, fields)
+
+    return evaluate
+
+
+# --------------------------------------------------------------------------- answer correctness
+
+ANSWER_CORRECTNESS_MODES = ("f1", "precision")
+
+
+def make_judge_answer_correctness(
+    client: JudgeClient, min: float | None = None, *, mode: str = "f1"
+) -> Evaluator:
+    """Judge answer correctness in one call, the expected answer as the reference.
+
+    Mode `f1` (default): the judge splits the answer into claims (each supported / unsupported /
+    contradicted by the reference) and the reference into statements (each present in the answer or
+    not); precision = supported claims / claims, recall = present statements / statements, value =
+    their F1 (RAGAS's factuality, without its embedding-similarity blend). Mode `precision`: answer
+    claims only, value = precision (a shorter reply; misses no wrong claim, but not an omission).
+    Default `min` 0.7. Label `contradiction` when a claim contradicts the reference.
+
+    A refusal or pleasantry-only answer while an expected answer exists is 0 (`noncommittal`)
+    without a call; no answer / no expected answer -> skipped (`no_reference` is an error in suites).
+    """
+    name = "answer_correctness"
+    if mode not in ANSWER_CORRECTNESS_MODES:
+        modes = ", ".join(ANSWER_CORRECTNESS_MODES)
+        raise ValueError(f"mode: must be one of {modes} for {name}, got {mode!r}")
+    threshold = _default_min(name, min)
+    precision_only = mode == "precision"
+    version = ANSWER_PRECISION_VERSION if precision_only else ANSWER_CORRECTNESS_VERSION
+    schema: type[AnswerPrecisionVerdict] = (
+        AnswerPrecisionVerdict if precision_only else AnswerCorrectnessVerdict
+    )
+
+    def evaluate(trace: RagTrace) -> Score:
+        answer, expected = trace.answer, trace.expected_answer
+        if _blank(answer):
+            return Score.skip(name, "no_answer", "the trace has no answer", threshold=threshold)
+        if _blank(expected):
+            return Score.skip(name, "no_reference", "the trace has no expected answer", threshold=threshold)
+        assert answer is not None and expected is not None
+        if not claims(answer):
+            return Score.judged(
+                name,
+                0.0,
+                threshold,
+                label="noncommittal",
+                explanation="the answer states nothing checkable while an answer is expected (no judge call)",
+            )
+        fenced = fence_inputs(
+            question=None if _blank(trace.question) else trace.question, answer=answer, reference=expected
+        )
+        result = client.judge(
+            answer_correctness_messages(fenced, precision_only=precision_only),
+            schema,
+            prompt_version=version,
+            fence_token=fenced.fence.token,
+        )
+        if result.parsed is None:
+            return _error(name, client, result, version, threshold)
+        fields = client.score_fields(result, version)
+        answer_claims = result.parsed.answer_claims
+        if not answer_claims:
+            reason = "the judge found no claim in the answer"
+            return _with_judge(Score.skip(name, "no_claims", reason, threshold=threshold), fields)
+        items = [
+            ScoreItem(
+                text=f"answer: {c.claim}",
+                ok=c.verdict == "supported",
+                evidence=f"{c.verdict} by the expected answer" + (f": {c.reason}" if c.reason else ""),
+            )
+            for c in answer_claims
+        ]
+        supported = sum(c.verdict == "supported" for c in answer_claims)
+        contradicted = sum(c.verdict == "contradicted" for c in answer_claims)
+        precision = supported / len(answer_claims)
+        text = (
+            f"{supported} of {len(answer_claims)} answer claims supported by the expected answer "
+            f"({contradicted} contradicted)"
+        )
+        value = precision
+        if isinstance(result.parsed, AnswerCorrectnessVerdict):
+            statements = result.parsed.reference_statements
+            if not statements:
+                reason = "the judge found no statement in the expected answer"
+                return _with_judge(Score.fail_error(name, "bad_verdict", reason, threshold=threshold), fields)
+            items += [
+                ScoreItem(
+                    text=f"expected: {st.statement}",
+                    ok=st.present,
+                    evidence=st.reason or ("in the answer" if st.present else "missing from the answer"),
+                )
+                for st in statements
+            ]
+            present = sum(st.present for st in statements)
+            recall = present / len(statements)
+            value = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+            text += f"; {present} of {len(statements)} expected statements in the answer; F1 {value:.2f}"
+        else:
+            text += f"; precision {value:.2f} (mode precision: omissions not judged)"
+        label = "contradiction" if contradicted else None
+        score = Score.judged(name, value, threshold, explanation=text, items=items, label=label)
         return _with_judge(score, fields)
 
     return evaluate
