@@ -52,18 +52,13 @@ attribute: {"rank": int, "relevant": bool, "reason": str (at most 15 words)}.\
 
 
 CONTEXT_RECALL_PROMPT = """\
-You check whether retrieved DOCUMENTS contain the facts of a REFERENCE answer (the known correct \
-answer to the question).
+You check which facts of a REFERENCE answer (the known correct answer) the retrieved DOCUMENTS contain.
 
-1. Split the reference into claims: short factual statements, each understandable alone (resolve \
-pronouns). Skip greetings and offers of help; add no claim the reference does not make.
-2. Judge each claim using ONLY the documents, not your own knowledge:
-   "supported": a document states it or it follows directly from one;
-   "contradicted": a document states something incompatible with it;
-   "unsupported": no document states it.
-3. For a supported or contradicted claim, doc_id is the document's id attribute (its rank when it \
-has none) and quote a short exact quote from it (at most 20 words); else both are null.
-4. reason: at most 15 words.\
+Split the reference into claims: short statements, each understandable alone; skip greetings. \
+Judge each using ONLY the documents: "supported" when a document states it or it follows directly; \
+"contradicted" when a document says otherwise; else "unsupported". For supported or contradicted, \
+doc_id is the document's id attribute (its rank when it has none) and quote a short exact quote from \
+it (at most 20 words); else both are null. reason: at most 15 words.\
 """
 
 CONTEXT_PRECISION_PROMPT = """\
