@@ -431,6 +431,8 @@ def eval_suite(
         )
     except ValueError as exc:
         raise click.ClickException(f"{suite_file}: {exc}") from None
+    finally:
+        _close_judge(judge)
     if json_path:
         json_path.write_text(results_json(results), encoding="utf-8")
     if junit_path:
@@ -449,22 +451,54 @@ def eval_suite(
         sys.exit(1)
 
 
-def _judge_client(config: Config, model: str | None = None, **overrides: Any) -> Any:
-    """The configured judge (`judge:` keys, `model` overriding judge.model), after its pre-run check."""
-    from evaluators.judge import JudgeCheckError, JudgeClient, JudgeSettings
+def _judge_client(
+    config: Config, model: str | None = None, *, persistent_cache: bool = True, **overrides: Any
+) -> Any:
+    """The configured judge (`judge:` keys, `model` overriding judge.model), after its pre-run check.
 
-    settings = JudgeSettings.model_validate({**config.judge.model_dump(), **overrides})
+    With `persistent_cache` (the default) and `judge.verdict_store` set, the client keeps its verdicts
+    in that DuckDB file (`DuckDBVerdictStore`), so a later run reuses them; `_close_judge` closes both.
+    """
+    from evaluators.judge import (
+        DuckDBVerdictStore,
+        JudgeCheckError,
+        JudgeClient,
+        JudgeSettings,
+        VerdictStoreError,
+    )
+
+    # judge.verdict_store is wiring, not a client setting: the store is handed to the client.
+    settings = JudgeSettings.model_validate(
+        {**config.judge.model_dump(exclude={"verdict_store"}), **overrides}
+    )
     if model:
         settings.model = model
     if not settings.model:
         raise click.ClickException("no judge model: set judge.model in the config or pass --judge MODEL")
-    client = JudgeClient(settings)
+    store = None
+    if persistent_cache and config.judge.verdict_store:
+        try:
+            store = DuckDBVerdictStore(config.judge.verdict_store)
+        except VerdictStoreError as exc:
+            raise click.ClickException(f"judge.verdict_store: {exc}") from None
+    client = JudgeClient(settings, store=store)
     try:
         client.check()
     except JudgeCheckError as exc:
-        client.close()
+        _close_judge(client)
         raise click.ClickException(str(exc)) from None
     return client
+
+
+def _close_judge(judge: Any) -> None:
+    """Close the judge client and, when it has one, its verdict store."""
+    if judge is None:
+        return
+    try:
+        judge.close()
+    finally:
+        if judge.store is not None:
+            judge.store.close()
 
 
 @main.command()
@@ -488,22 +522,27 @@ def calibrate(
     json_path: Path | None,
 ) -> None:
     """Measure the judge on cases with known verdicts: accuracy per evaluator and mode, false
-    passes and fails, errors, disagreement across repeats, and robustness to prompt injection."""
+    passes and fails, errors, disagreement across repeats, and robustness to prompt injection.
+
+    Every run asks the judge: the in-memory cache is off (cache_size 0) and judge.verdict_store is
+    not used either, so calibration measures the model, never verdicts remembered from earlier runs.
+    """
     from evaluators.calibration import load_calibration, run_calibration, tag_counts
     from evaluators.registry import build_evaluator
 
     config = _load(ctx, config_path)
     calibration = load_calibration(cases_file)
-    overrides: dict[str, Any] = {"cache_size": 0}  # repeats must reach the judge, not the cache
+    # Repeats must reach the judge: no in-memory cache and no persistent verdict store.
+    overrides: dict[str, Any] = {"cache_size": 0}
     if base_url:
         overrides["base_url"] = base_url
-    judge = _judge_client(config, judge_model, **overrides)
+    judge = _judge_client(config, judge_model, persistent_cache=False, **overrides)
     try:
         reports = run_calibration(
             calibration, functools.partial(build_evaluator, judge=judge), repeats=repeats
         )
     finally:
-        judge.close()
+        _close_judge(judge)
     tags = ", ".join(f"{tag} {n}" for tag, n in tag_counts(calibration).items())
     click.echo(
         f"{calibration.name}: {len(calibration.cases)} case(s) ({tags}); "
@@ -524,7 +563,7 @@ def calibrate(
     )
     for r in reports:
         if r.unavailable:
-            table.add_row(r.evaluator, r.mode or "-", "-", "not built", *["-"] * 7)
+            table.add_row(r.evaluator, r.mode or "-", "-", "no judge", *["-"] * 7)
             continue
         accuracy = "-" if r.accuracy is None else f"{r.accuracy:.0%}"
         injection = "-" if r.injection_accuracy is None else f"{r.injection_correct}/{r.injection_runs}"

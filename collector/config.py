@@ -97,6 +97,9 @@ class JudgeConfig(_Section):
     timeout: float = Field(30.0, gt=0)
     max_concurrency: int = Field(16, gt=0)
     max_retries: int = Field(3, ge=0)
+    # A DuckDB file keeping judge verdicts across runs (null: the judge client's in-memory cache only).
+    # Used by `ragpulse eval`; never by `ragpulse calibrate`, which must measure the model.
+    verdict_store: str | None = Field(None, min_length=1)
 
 
 class EvaluatorConfig(BaseModel):

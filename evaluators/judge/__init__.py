@@ -1,5 +1,6 @@
-"""The LLM judge: a fail-closed OpenAI-compatible client (`client`) and fencing / clipping of untrusted text
-(`fence`). Judge evaluators build their prompts with `fence_inputs` and call `JudgeClient.judge`."""
+"""The LLM judge: a fail-closed OpenAI-compatible client (`client`), fencing / clipping of untrusted text
+(`fence`) and a persistent verdict cache in DuckDB (`store`). Judge evaluators build their prompts with
+`fence_inputs` and call `JudgeClient.judge`."""
 
 from evaluators.judge.client import (
     JudgeCheckError,
@@ -20,11 +21,13 @@ from evaluators.judge.fence import (
     make_fence,
     neutralize,
 )
+from evaluators.judge.store import DuckDBVerdictStore, VerdictStoreError
 
 __all__ = [
     "MAX_DOCUMENT_CHARS",
     "MAX_TOTAL_CHARS",
     "ClipReport",
+    "DuckDBVerdictStore",
     "Fence",
     "FencedInputs",
     "JudgeCheckError",
@@ -32,6 +35,7 @@ __all__ = [
     "JudgeResult",
     "JudgeSettings",
     "VerdictStore",
+    "VerdictStoreError",
     "clip_documents",
     "fence_inputs",
     "make_fence",
