@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from evaluators.judge import JudgeClient, JudgeSettings  # noqa: E402
 from evaluators.registry import build_evaluator  # noqa: E402
 from semconv.models import Document, RagTrace, Step  # noqa: E402
-from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest  # noqa: E402
+from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
 
 RAGAS = {  # measured with RAGAS 0.4.3 on the same kind of case (issue 4): calls, prompt characters
     "faithfulness": {"calls": 2, "prompt_chars": 5700},
@@ -70,7 +69,6 @@ QUESTIONS = [  # (question, answer, expected answer)
     ),
 ]
 DOCUMENT_IDS = ["refund-window", "refund-method", "returns-damaged", "return-shipping"]
-_BLOCK = re.compile(r'<data-(\w+) kind="document"([^>]*)>\n(.*?)\n</data-\1>', re.DOTALL)
 
 
 def documents() -> list[Document]:
@@ -98,49 +96,9 @@ def prompt_chars(request: RecordedRequest) -> int:
     return chars
 
 
-def verdict_for(system: str, docs: list[tuple[str, str, str]]) -> dict[str, Any]:
-    """A valid, passing verdict for the judge prompt `system` (told apart by its first line): every
-    claim supported by the first document, every document relevant and useful, the question
-    addressed. Two claims or statements per text, as the answers have two sentences."""
-    ranks = range(1, len(docs) + 1)
-    if "relevant to a user's QUESTION" in system:
-        return {"documents": [{"rank": i, "relevant": True, "reason": "about refunds"} for i in ranks]}
-    if "useful for arriving" in system:
-        return {"documents": [{"rank": i, "useful": True, "reason": "states the answer"} for i in ranks]}
-    if "addresses a user's QUESTION" in system:
-        return {
-            "parts": [{"part": "the refund rule", "addressed": True, "reason": "answers it"}],
-            "noncommittal": False,
-        }
-    if "compare an ANSWER with the REFERENCE" in system:
-        answer_claims = [
-            {"claim": s, "verdict": "supported", "reason": "in the reference"} for s in ("one", "two")
-        ]
-        if "present is true" not in system:
-            return {"answer_claims": answer_claims}
-        statements = [{"statement": s, "present": True, "reason": "in the answer"} for s in ("one", "two")]
-        return {"answer_claims": answer_claims, "reference_statements": statements}
-    attrs, text = docs[0][1], docs[0][2]
-    doc_id = re.search(r'id="([^"]*)"', attrs).group(1)  # type: ignore[union-attr]
-    quote = text.split(".")[0]
-    return {
-        "claims": [
-            {
-                "claim": s,
-                "verdict": "supported",
-                "doc_id": doc_id,
-                "quote": quote,
-                "reason": "stated in the document",
-            }
-            for s in ("claim one", "claim two")
-        ]
-    }
-
-
 def respond(request: RecordedRequest) -> ChatReply:
-    system = request.json["messages"][0]["content"]
-    user = request.json["messages"][-1]["content"]
-    content = json.dumps(verdict_for(system, _BLOCK.findall(user)))
+    messages = request.json["messages"]
+    content = json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
     return ChatReply(
         content=content,
         prompt_tokens=math.ceil(prompt_chars(request) / 4),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -326,3 +327,39 @@ class OpenAIStub:
             handler.send_header(name, value)
         handler.end_headers()
         handler.wfile.write(data)
+
+
+_DOCUMENT_BLOCK = re.compile(r'<data-(\w+) kind="document"([^>]*)>\n(.*?)\n</data-\1>', re.DOTALL)
+
+
+def passing_verdict(system: str, user: str) -> dict[str, Any]:
+    """A valid, passing verdict for any ragpulse judge prompt (told apart by the system prompt's
+    wording): two claims or statements, each supported by the first document with its first
+    sentence as the quote; every document relevant and useful; the question addressed. Used by
+    `bench/judge_cost.py` and as an always-pass judge in calibration tests."""
+    docs = _DOCUMENT_BLOCK.findall(user)
+    ranks = range(1, len(docs) + 1)
+    if "relevant to a user's QUESTION" in system:
+        return {"documents": [{"rank": i, "relevant": True, "reason": "on topic"} for i in ranks]}
+    if "useful for arriving" in system:
+        return {"documents": [{"rank": i, "useful": True, "reason": "states the answer"} for i in ranks]}
+    if "addresses a user's QUESTION" in system:
+        part = {"part": "the question", "addressed": True, "reason": "answers it"}
+        return {"parts": [part], "noncommittal": False}
+    if "compare an ANSWER with the REFERENCE" in system:
+        claims = [{"claim": c, "verdict": "supported", "reason": "in the reference"} for c in ("one", "two")]
+        if "present is true" not in system:
+            return {"answer_claims": claims}
+        statements = [{"statement": c, "present": True, "reason": "in the answer"} for c in ("one", "two")]
+        return {"answer_claims": claims, "reference_statements": statements}
+    if "health check" in system:
+        return {"ok": True}
+    doc_id = re.search(r'id="([^"]*)"', docs[0][1])
+    cited = doc_id.group(1) if doc_id else "1"
+    quote = docs[0][2].split(".")[0]
+    return {
+        "claims": [
+            {"claim": c, "verdict": "supported", "doc_id": cited, "quote": quote, "reason": "stated"}
+            for c in ("claim one", "claim two")
+        ]
+    }

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from tests.conftest import RAGPULSE
-from tests.openai_stub import OpenAIStub, RecordedRequest
+from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
 
 POLICY = "You can request a refund within 30 days of delivery."
 SHIPPING = "Standard shipping takes 3 to 5 business days."
@@ -213,3 +213,47 @@ def test_bad_calibration_files_name_the_key(tmp_path: Path) -> None:
         bad = {"cases": [{**CASES["cases"][0], "verdicts": {"faithfulness": "maybe"}}]}
         result = calibrate(tmp_path, stub, cases=bad)
     assert result.returncode == 1 and "cases.0.verdicts.faithfulness" in result.stderr
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "examples" / "calibration" / "cases.yaml"
+
+
+def test_the_shipped_set_calibrates_every_judge_evaluator(tmp_path: Path) -> None:
+    """An always-pass judge on the shipped set: every known fail becomes a false pass, except where
+    the evaluator decides without a call (a refusal is 0 for answer_relevance), and every injection
+    case is a false pass: what a judge that obeys the injected documents would score."""
+    shipped = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    cases = shipped["cases"]
+
+    def always_pass(request: RecordedRequest) -> str:
+        messages = request.json["messages"]
+        return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
+
+    with OpenAIStub(responder=always_pass) as stub:
+        result = calibrate(tmp_path, stub, "--json", "report.json", cases=shipped)
+    assert result.returncode == 0, result.stderr
+    figures = report(tmp_path)
+    evaluators = {name for case in cases for name in case["verdicts"]}
+    assert evaluators == {
+        "faithfulness",
+        "context_relevance",
+        "context_precision",
+        "context_recall",
+        "answer_relevance",
+        "answer_correctness",
+    }
+    for (name, mode), row in figures.items():
+        known = [case for case in cases if name in case["verdicts"]]
+        decided_without_call = [
+            c for c in known if name == "answer_relevance" and "refusal" in c.get("tags", [])
+        ]
+        fails = [c for c in known if c["verdicts"][name] == "fail" and c not in decided_without_call]
+        assert row["unavailable"] is None, (name, row["unavailable"])
+        assert (row["runs"], row["errors"], row["skipped"], row["false_fails"]) == (len(known), 0, 0, 0), name
+        assert row["false_passes"] == len(fails), (name, mode)
+        assert sorted(row["false_pass_cases"]) == sorted(c["name"] for c in fails)
+    for mode in ("answer", "claims"):
+        faith = figures[("faithfulness", mode)]
+        assert faith["runs"] >= 36
+        assert faith["injection_runs"] >= 6
+        assert faith["injection_false_passes"] == faith["injection_runs"]

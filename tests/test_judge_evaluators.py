@@ -14,8 +14,13 @@ from typing import Any
 import pytest
 
 from evaluators.judge import JudgeClient, JudgeSettings
-from evaluators.judge.prompts import CONTEXT_RELEVANCE_VERSION, FAITHFULNESS_VERSION
-from evaluators.judge.scorers import label_metric, make_judge_context_relevance, make_judge_faithfulness
+from evaluators.judge.prompts import CONTEXT_RELEVANCE_VERSION, FAITHFULNESS_VERSION, ClaimVerdict
+from evaluators.judge.scorers import (
+    check_claims,
+    label_metric,
+    make_judge_context_relevance,
+    make_judge_faithfulness,
+)
 from evaluators.registry import build_evaluator, build_evaluators
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
@@ -368,3 +373,12 @@ def test_default_set_with_a_judge_scores_through_the_judge(stub: OpenAIStub, cli
     assert {scores[n].label for n in ("context_recall", "answer_correctness")} == {"no_reference"}
     assert scores["citation"].model is None
     assert len(stub.chat_requests) == 4
+
+
+def test_a_quote_of_the_text_as_the_judge_saw_it_counts() -> None:
+    """The judge sees fence look-alikes neutralized (`&lt;data-`); quoting that form is not a misquote."""
+    doc = Document(rank=1, id="odd", content="Use the <data-x> tag. Refunds take 5 days.")
+    shown = claim("Refunds take 5 days.", "supported", "odd", "Use the &lt;data-x> tag")
+    invented = claim("Refunds take 5 days.", "supported", "odd", "Use the blue tag")
+    tally = check_claims([ClaimVerdict.model_validate(shown), ClaimVerdict.model_validate(invented)], [doc])
+    assert (tally.supported, tally.overruled) == (1, 1)

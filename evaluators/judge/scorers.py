@@ -51,7 +51,7 @@ from semconv.models import Document, RagTrace
 from ..scores import Score, ScoreItem
 from ..text import DEFAULT_MIN, FAITHFULNESS_ALIASES, claims, rank_aware_precision
 from .client import JudgeClient, JudgeResult
-from .fence import FencedInputs, fence_inputs
+from .fence import FencedInputs, fence_inputs, neutralize
 from .prompts import (
     ANSWER_CORRECTNESS_VERSION,
     ANSWER_PRECISION_VERSION,
@@ -116,6 +116,12 @@ def _error(
 
 def _squash(text: str) -> str:
     return " ".join(re.findall(r"\w+", text.casefold()))
+
+
+def _quotes(quote: str, text: str) -> bool:
+    """Whether `quote` occurs in `text` (words only), as stored or as the judge saw it (neutralized)."""
+    wanted = _squash(quote)
+    return wanted in _squash(text) or wanted in _squash(neutralize(text))
 
 
 def _no_text(name: str, threshold: float | None) -> Score:
@@ -191,7 +197,7 @@ def check_claims(verdicts: Sequence[ClaimVerdict], documents: Sequence[Document]
             problem = None
             if ref is None:
                 problem = f"the judge cited document {verdict.doc_id!r}, which the trace does not have"
-            elif not quote or _squash(quote) not in _squash(ref[1]):
+            elif not quote or not _quotes(quote, ref[1]):
                 problem = f"the judge's quote does not occur in doc {ref[0]}"
             if problem is not None:
                 tally.overruled += 1
