@@ -388,6 +388,11 @@ def demo(ctx: click.Context, config_path: str | None, db: Path, timeout: float) 
     show_default=True,
     help="Snapshot retrieval overlap.",
 )
+@click.option(
+    "--embedding-model",
+    help="Snapshot answer similarity by this embedding model's cosine (default: embeddings.model, "
+    "else lexical).",
+)
 @click.pass_context
 @_user_errors
 def eval_suite(
@@ -401,6 +406,7 @@ def eval_suite(
     update_snapshot: bool,
     min_similarity: float,
     min_overlap: float,
+    embedding_model: str | None,
 ) -> None:
     """Score a suite of cases offline; exit 1 when any score fails or errors.
 
@@ -444,7 +450,10 @@ def eval_suite(
         for r in regressions:
             click.echo(f"  {r.case} / {r.name}: {r.reason}")
     if snapshot_path:
-        _check_snapshot(results, snapshot_path, update_snapshot, min_similarity, min_overlap)
+        embeddings = config.embeddings
+        if embedding_model:
+            embeddings = embeddings.model_copy(update={"model": embedding_model})
+        _check_snapshot(results, snapshot_path, update_snapshot, min_similarity, min_overlap, embeddings)
     elif update_snapshot:
         raise click.UsageError("--update-snapshot needs --snapshot FILE")
     if any(result.failed for result in results):
@@ -597,19 +606,42 @@ def calibrate(
 
 
 def _check_snapshot(
-    results: list[Any], path: Path, update: bool, min_similarity: float, min_overlap: float
+    results: list[Any],
+    path: Path,
+    update: bool,
+    min_similarity: float,
+    min_overlap: float,
+    embeddings: Any,
 ) -> None:
-    from evaluators.suite import compare_snapshot, read_snapshot, snapshot_of, write_snapshot
+    from evaluators.suite import (
+        compare_snapshot,
+        embedding_similarity,
+        openai_embedder,
+        read_snapshot,
+        snapshot_of,
+        write_snapshot,
+    )
 
     current = snapshot_of(results)
     if update or not path.exists():
         write_snapshot(path, current)
         click.echo(f"\nsnapshot {path}: {'updated' if update else 'created'} with {len(current)} case(s)")
         return
-    changes = compare_snapshot(
-        read_snapshot(path), current, min_similarity=min_similarity, min_overlap=min_overlap
+    options: dict[str, Any] = {"min_similarity": min_similarity, "min_overlap": min_overlap}
+    measure = "lexical"
+    if embeddings.model:
+        embed = openai_embedder(
+            embeddings.model,
+            base_url=embeddings.base_url,
+            timeout=embeddings.timeout,
+            dimensions=embeddings.dimensions,
+        )
+        options["similarity"] = embedding_similarity(embed)
+        measure = f"embedding cosine, {embeddings.model}"
+    changes = compare_snapshot(read_snapshot(path), current, **options)
+    click.echo(
+        f"\nagainst snapshot {path} (answer similarity: {measure}): {len(changes)} changed case(s) to review"
     )
-    click.echo(f"\nagainst snapshot {path}: {len(changes)} changed case(s) to review")
     for change in changes:
         click.echo(f"  {change.case}: {change.reason}")
 

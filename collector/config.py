@@ -102,6 +102,18 @@ class JudgeConfig(_Section):
     verdict_store: str | None = Field(None, min_length=1)
 
 
+class EmbeddingsConfig(_Section):
+    """An OpenAI-compatible embeddings endpoint (`OPENAI_API_KEY` / `OPENAI_BASE_URL` apply).
+
+    Used by `ragpulse eval --snapshot` for answer similarity (cosine); null model: lexical similarity.
+    """
+
+    model: str | None = Field(None, min_length=1)
+    base_url: str | None = None
+    timeout: float = Field(30.0, gt=0)
+    dimensions: int | None = Field(None, gt=0)
+
+
 class EvaluatorConfig(BaseModel):
     """One evaluator entry: its score name plus options (validated by the evaluator registry)."""
 
@@ -134,6 +146,7 @@ class Config(_Section):
     assembler: AssemblerConfig = Field(default_factory=AssemblerConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
     evaluators: list[EvaluatorConfig] | None = None
     exporters: ExportersConfig = Field(default_factory=ExportersConfig)
     monitoring: dict[str, Any] = Field(default_factory=dict)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -470,15 +471,77 @@ def retrieval_overlap(before: Sequence[str], after: Sequence[str]) -> float:
     return 1.0 if not a and not b else len(a & b) / len(a | b)
 
 
+Embed = Callable[[Sequence[str]], list[list[float]]]
+PairSimilarity = Callable[[Sequence[tuple[str, str]]], list[float]]
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine similarity of two vectors, clipped to 0..1 (0 for a zero vector)."""
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return max(0.0, min(1.0, dot / norm)) if norm else 0.0
+
+
+def embedding_similarity(embed: Embed) -> PairSimilarity:
+    """Answer similarity as the cosine of the two answers' embeddings, all pairs in one request.
+    An empty answer is not embedded: two empty answers are 1, one empty answer 0."""
+
+    def similarity(pairs: Sequence[tuple[str, str]]) -> list[float]:
+        texts = sorted({text for pair in pairs for text in pair if text.strip()})
+        vectors = dict(zip(texts, embed(texts), strict=True)) if texts else {}
+        return [
+            cosine(vectors[a], vectors[b])
+            if a.strip() and b.strip()
+            else float(not a.strip() and not b.strip())
+            for a, b in pairs
+        ]
+
+    return similarity
+
+
+def openai_embedder(
+    model: str, *, base_url: str | None = None, timeout: float = 30.0, dimensions: int | None = None
+) -> Embed:
+    """`embed(texts)` on an OpenAI-compatible embeddings endpoint; a failure is a `SuiteError`."""
+    import openai
+
+    # Local servers need no key; a real endpoint without one answers 401, reported as a SuiteError.
+    api_key = os.environ.get("OPENAI_API_KEY") or "no-key"
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2)
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        extra: dict[str, Any] = {"dimensions": dimensions} if dimensions else {}
+        try:
+            response = client.embeddings.create(model=model, input=list(texts), **extra)
+        except openai.OpenAIError as exc:
+            raise SuiteError(f"embedding model {model}: {exc}") from None
+        vectors = [item.embedding for item in sorted(response.data, key=lambda item: item.index)]
+        if len(vectors) != len(texts) or len({len(v) for v in vectors}) > 1:
+            raise SuiteError(f"embedding model {model}: {len(vectors)} vector(s) for {len(texts)} text(s)")
+        return vectors
+
+    return embed
+
+
+def _lexical(pairs: Sequence[tuple[str, str]]) -> list[float]:
+    return [answer_similarity(a, b) for a, b in pairs]
+
+
 def compare_snapshot(
     snapshot: dict[str, SnapshotEntry],
     current: dict[str, SnapshotEntry],
     *,
     min_similarity: float = 0.9,
     min_overlap: float = 0.8,
+    similarity: PairSimilarity = _lexical,
 ) -> list[SnapshotChange]:
     """Cases whose answer similarity < `min_similarity` or retrieval overlap < `min_overlap`;
-    cases absent from the snapshot are listed as new."""
+    cases absent from the snapshot are listed as new. `similarity` scores (before, after) answer
+    pairs in one batch: lexical (`answer_similarity`) by default, or `embedding_similarity`."""
+    known = [name for name in current if name in snapshot]
+    scores = dict(
+        zip(known, similarity([(snapshot[n].answer, current[n].answer) for n in known]), strict=True)
+    )
     changes = []
     for name, now in current.items():
         before = snapshot.get(name)
@@ -487,18 +550,18 @@ def compare_snapshot(
                 SnapshotChange(case=name, answer_similarity=0, retrieval_overlap=0, reason="new case")
             )
             continue
-        similarity = answer_similarity(before.answer, now.answer)
+        similarity_now = scores[name]
         overlap = retrieval_overlap(before.retrieved_ids, now.retrieved_ids)
         reasons = []
-        if similarity < min_similarity:
-            reasons.append(f"answer similarity {similarity:.2f} < {min_similarity:g}")
+        if similarity_now < min_similarity:
+            reasons.append(f"answer similarity {similarity_now:.2f} < {min_similarity:g}")
         if overlap < min_overlap:
             reasons.append(f"retrieval overlap {overlap:.2f} < {min_overlap:g}")
         if reasons:
             changes.append(
                 SnapshotChange(
                     case=name,
-                    answer_similarity=similarity,
+                    answer_similarity=similarity_now,
                     retrieval_overlap=overlap,
                     reason="; ".join(reasons),
                 )

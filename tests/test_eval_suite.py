@@ -16,6 +16,7 @@ from xml.etree import ElementTree
 import yaml
 
 from tests.conftest import RAGPULSE
+from tests.openai_stub import OpenAIStub
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = "Items can be returned within 30 days of delivery for a full refund."
@@ -208,6 +209,47 @@ def test_snapshot_lists_changed_cases_without_failing_and_update_accepts_them(tm
     assert "updated with 2 case(s)" in updated.stdout
     again = run_eval(tmp_path, {**suite, "cases": [stable, moved]}, "--snapshot", "snap.json")
     assert "0 changed case(s) to review" in again.stdout
+
+
+def test_snapshot_answer_similarity_by_an_embedding_model(tmp_path: Path) -> None:
+    stable = case("stable", GOOD["answer"])
+    suite = {"evaluators": [{"name": "retrieval.hit@5"}], "cases": [stable, case("moving", GOOD["answer"])]}
+    assert run_eval(tmp_path, suite, "--snapshot", "snap.json").returncode == 0
+    reworded = {
+        **suite,
+        "cases": [stable, case("moving", "Refunds are possible for a month after delivery.")],
+    }
+    # 64-dimensional hash vectors: the same text gives cosine 1, two different texts about 0.
+    with OpenAIStub(embedding_dimensions=64) as stub:
+        config = tmp_path / "ragpulse.yaml"
+        config.write_text(yaml.safe_dump({"embeddings": {"model": "emb-m", "base_url": stub.base_url}}))
+        result = run_eval(tmp_path, reworded, "--snapshot", "snap.json")
+        requests = [r for r in stub.requests if r.path.endswith("/embeddings")]
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "(answer similarity: embedding cosine, emb-m): 1 changed case(s) to review" in result.stdout
+    assert "moving: answer similarity" in result.stdout and "stable:" not in result.stdout
+    assert len(requests) == 1 and requests[0].json["model"] == "emb-m"
+    assert sorted(requests[0].json["input"]) == sorted({GOOD["answer"], reworded["cases"][1]["answer"]})
+
+    # An unreachable embedding endpoint is one clear error, not a silent lexical fallback.
+    down = run_eval(tmp_path, reworded, "--snapshot", "snap.json", "--embedding-model", "emb-m")
+    assert down.returncode == 1 and "Error: embedding model emb-m" in down.stderr
+
+
+def test_embedding_similarity_batches_and_handles_empty_answers() -> None:
+    from evaluators.suite import cosine, embedding_similarity
+
+    vectors = {"a": [1.0, 0.0], "b": [0.6, 0.8], "c": [-1.0, 0.0]}
+    calls: list[list[str]] = []
+
+    def embed(texts: Any) -> list[list[float]]:
+        calls.append(list(texts))
+        return [vectors[t] for t in texts]
+
+    similarity = embedding_similarity(embed)
+    assert similarity([("a", "b"), ("a", "a"), ("a", "c"), ("", ""), ("a", " ")]) == [0.6, 1.0, 0.0, 1.0, 0.0]
+    assert calls == [["a", "b", "c"]]  # one request, each text once, empty ones never sent
+    assert cosine([0.0, 0.0], [1.0, 0.0]) == 0.0
 
 
 def test_snapshot_measures() -> None:
