@@ -232,6 +232,7 @@ def main() -> None:
     parser.add_argument("--decision-wait", type=float, default=5.0, help="assembler.decision_wait")
     parser.add_argument("--max-traces", type=int, default=50_000, help="assembler.max_traces")
     parser.add_argument("--workers", type=int, default=1, help="assembler.workers (mapping processes)")
+    parser.add_argument("--worker-nice", type=int, default=10, help="assembler.worker_nice")
     parser.add_argument(
         "--rate", type=float, default=0, help="offer this many spans/s (gRPC, paced) instead of a burst"
     )
@@ -245,6 +246,7 @@ def main() -> None:
         "RAGPULSE_ASSEMBLER__DECISION_WAIT": str(args.decision_wait),
         "RAGPULSE_ASSEMBLER__MAX_TRACES": str(args.max_traces),
         "RAGPULSE_ASSEMBLER__WORKERS": str(args.workers),
+        "RAGPULSE_ASSEMBLER__WORKER_NICE": str(args.worker_nice),
     }
     proc, grpc_port, url = start_server(db, [], env, workdir / "serve.log")
     try:

@@ -61,6 +61,10 @@ class AssemblerConfig(_Section):
     # Processes that map traces beside the service (0: map in the assembler thread). Mapping is
     # pure Python; in its own processes it does not compete with the receivers for the GIL.
     workers: int = Field(1, ge=0, le=16)
+    # The workers' scheduling niceness (os.nice). Under CPU saturation, receiving and storing spans
+    # wins over mapping them: ingest keeps its rate and assembly catches up when the load drops
+    # (in-flight traces stay bounded by max_traces). 0 gives mapping the receivers' priority.
+    worker_nice: int = Field(10, ge=0, le=19)
     enabled: bool = True
 
 

@@ -66,7 +66,9 @@ def document(item: Any, rank: int) -> Document | None:
     """One document from a mapping in any convention's field names; None when it is not one."""
     item = parse_structured(item)
     if isinstance(item, str):
-        return Document(rank=rank, id=None, content=item, score=None, distance=None, metadata=None)
+        return Document.model_construct(
+            rank=rank, id=None, content=item, score=None, distance=None, metadata=None
+        )
     if not isinstance(item, Mapping):
         return None
     if "node" in item:
@@ -76,7 +78,9 @@ def document(item: Any, rank: int) -> Document | None:
     if isinstance(content, Mapping):  # {"document": {...}} nests the real fields one level down
         return document(content, rank)
     metadata = fields.get("metadata")
-    return Document(
+    # Every value below is already normalized to the field's type (and rank >= 1 by the callers),
+    # so validation is skipped: it was a tenth of the mapping time.
+    return Document.model_construct(
         rank=rank,
         id=scalar_text(fields.get("id")),
         content=text(content),

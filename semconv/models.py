@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from .values import Attributes
+
 StepKind = Literal["retrieval", "rerank", "llm", "embedding", "tool", "chain", "evaluator"]
 STEP_KINDS: tuple[str, ...] = ("retrieval", "rerank", "llm", "embedding", "tool", "chain", "evaluator")
 # Steps that make a trace a RAG request; a trace with none of them has convention 'unknown'.
@@ -44,6 +46,10 @@ class SpanRecord:
     service_name: str | None = None
     scope_name: str | None = None
     events: list[EventRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attributes, Attributes):
+            self.attributes = Attributes(self.attributes)
 
     @property
     def duration_ms(self) -> float | None:

@@ -113,9 +113,46 @@ def lower(value: Any) -> str | None:
     return result.strip().lower() if result else None
 
 
+class Attributes(dict[str, Any]):
+    """Span attributes: a dict that also indexes its flattened lists once, for `unflatten`.
+
+    OpenInference and OpenLLMetry flatten lists into `prefix.<i>.<suffix>` keys, and the mappers
+    look for several prefixes per span; scanning every key for each prefix was a large part of the
+    mapping cost. The index is built on first use; the attributes must not change after that.
+    """
+
+    __slots__ = ("_lists",)
+    _lists: dict[str, dict[int, dict[str, Any]]]
+
+    def flattened(self, prefix: str) -> dict[int, dict[str, Any]] | None:
+        """`{index: {suffix: value}}` of the keys `prefix<index>.<suffix>` (prefix ends with '.')."""
+        try:
+            lists = self._lists
+        except AttributeError:
+            lists = self._lists = _index_lists(self)
+        return lists.get(prefix)
+
+
+def _index_lists(attributes: Mapping[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
+    # Every '.'-ending prefix of every key that is followed by a numeric segment and a suffix:
+    # exactly the (prefix, index, suffix) triples the scanning `unflatten` would find, in key order.
+    lists: dict[str, dict[int, dict[str, Any]]] = {}
+    for key, value in attributes.items():
+        dot = key.find(".")
+        while dot != -1:
+            index, _, suffix = key[dot + 1 :].partition(".")
+            if suffix and index.isascii() and index.isdigit():
+                lists.setdefault(key[: dot + 1], {}).setdefault(int(index), {})[suffix] = value
+            dot = key.find(".", dot + 1)
+    return lists
+
+
 def unflatten(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     """Rebuild a flattened list: `prefix.<i>.<suffix>` keys as one dict of suffixes per index, in
     index order. Suffixes keep their dots (`document.content`): keys are matched, not split."""
+    if isinstance(attributes, Attributes) and prefix.endswith("."):
+        indexed = attributes.flattened(prefix)
+        return [dict(indexed[i]) for i in sorted(indexed)] if indexed else []
     items: dict[int, dict[str, Any]] = {}
     for key, value in attributes.items():
         if not key.startswith(prefix):

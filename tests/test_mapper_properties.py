@@ -697,3 +697,25 @@ def test_structured_document_id_is_not_turned_into_an_id() -> None:
     (doc,) = trace.steps[0].documents
     assert doc.content == "c"
     assert doc.id is None
+
+
+# --------------------------------------------------------------------------- the flattened-list index
+
+_SEGMENTS = st.sampled_from(["a", "b", "llm", "0", "1", "01", "12", "²", "", "x.y"])
+_KEYS = st.lists(_SEGMENTS, min_size=1, max_size=5).map(".".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    attributes=st.dictionaries(_KEYS, st.integers(), max_size=12),
+    prefix=st.lists(_SEGMENTS, min_size=1, max_size=3).map(lambda parts: ".".join(parts) + "."),
+)
+def test_the_indexed_unflatten_equals_the_scanning_one(attributes: dict[str, int], prefix: str) -> None:
+    """`Attributes` (what span records hold) answers `unflatten` from an index built once; it must
+    give exactly what scanning a plain dict gives, for every prefix, including the keys' own."""
+    from semconv.values import Attributes, unflatten
+
+    indexed = Attributes(attributes)
+    prefixes = {prefix} | {key[: i + 1] for key in attributes for i, c in enumerate(key) if c == "."}
+    for candidate in prefixes:
+        assert unflatten(indexed, candidate) == unflatten(dict(attributes), candidate), candidate

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from collector.config import AssemblerConfig
 from collector.otlp.batch import SpanBatch
-from collector.processors.mapping_job import CaseIndex, MapJob, MapResult, run_map_job
+from collector.processors.mapping_job import CaseIndex, MapJob, MapResult, lower_priority, run_map_job
 from collector.processors.span_records import SPAN_COLUMNS
 from collector.store.duckdb_store import Store
 from collector.store.trace_store import TraceStore
@@ -97,7 +97,12 @@ class TraceAssembler:
         self._in_flight: deque[tuple[_Prepared, Future[MapResult]]] = deque()
         if config.workers:
             # spawn, not fork: this process runs gRPC and DuckDB threads.
-            self._pool = ProcessPoolExecutor(config.workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(
+                config.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=lower_priority,
+                initargs=(config.worker_nice,),
+            )
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="ragpulse-assembler", daemon=True)

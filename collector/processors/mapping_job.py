@@ -7,6 +7,8 @@ for the GIL. Arrow tables cross the process boundary cheaply (pickled as Arrow I
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -15,6 +17,8 @@ from collector.datasets import normalize_question
 from collector.processors.span_records import last_received, records_by_trace, span_records
 from collector.store.trace_rows import AssembledTrace, TraceTables, trace_tables
 from semconv import RagTrace, map_trace
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,6 +46,16 @@ class MapResult:
 
 
 _cached_cases: tuple[int, CaseIndex] = (-1, CaseIndex())
+
+
+def lower_priority(niceness: int) -> None:
+    """Worker initializer: run mapping at a lower CPU priority than the service (see
+    `assembler.worker_nice`). Where the OS refuses, mapping keeps the normal priority."""
+    if niceness:
+        try:
+            os.nice(niceness)
+        except OSError:
+            log.warning("could not lower the mapping worker's priority; it runs at normal priority")
 
 
 def run_map_job(job: MapJob) -> MapResult:
