@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -133,17 +134,20 @@ class Attributes(dict[str, Any]):
         return lists.get(prefix)
 
 
+# A '.'-delimited all-ASCII-digit segment; the lookahead lets `a.1.2.b` yield both `.1.` and `.2.`.
+_INDEX_SEGMENT = re.compile(r"\.(?=([0-9]+)\.)")
+
+
 def _index_lists(attributes: Mapping[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
     # Every '.'-ending prefix of every key that is followed by a numeric segment and a suffix:
     # exactly the (prefix, index, suffix) triples the scanning `unflatten` would find, in key order.
     lists: dict[str, dict[int, dict[str, Any]]] = {}
     for key, value in attributes.items():
-        dot = key.find(".")
-        while dot != -1:
-            index, _, suffix = key[dot + 1 :].partition(".")
-            if suffix and index.isascii() and index.isdigit():
-                lists.setdefault(key[: dot + 1], {}).setdefault(int(index), {})[suffix] = value
-            dot = key.find(".", dot + 1)
+        for match in _INDEX_SEGMENT.finditer(key):
+            suffix = key[match.end(1) + 1 :]
+            if suffix:
+                entry = lists.setdefault(key[: match.start() + 1], {})
+                entry.setdefault(int(match.group(1)), {})[suffix] = value
     return lists
 
 
