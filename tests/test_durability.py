@@ -173,6 +173,19 @@ def _missing_from_file(db: Path, acked: list[tuple[str, str, str]]) -> tuple[int
     return len(missing), missing[:5]
 
 
+def _children(pid: int) -> list[int]:
+    """Live child processes of `pid` (Linux /proc)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            children.append(int(stat.parent.name))
+    return children
+
+
 def _metric(url: str, sample_name: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     for family in text_string_to_metric_families(text):
@@ -194,7 +207,14 @@ def test_acknowledged_spans_survive_sigkill(server: ServeProcess) -> None:
             time.sleep(1.5)
             acked_at_kill = sender.acked_count()
             acked_before_kills.append(acked_at_kill)
+            assert server.proc is not None
+            workers = _children(server.proc.pid)
+            assert workers, "no child processes (mapping worker, resource tracker) to watch"
             server.kill()  # mid-stream: the senders have exports in flight
+            # A killed service cannot stop its mapping worker; the worker notices and exits.
+            _wait_for(
+                lambda w=workers: not any(Path(f"/proc/{pid}").exists() for pid in w), 10, "workers to exit"
+            )
             failures = sender.failures
             _wait_for(lambda f=failures: sender.failures > f, 10, "the senders to notice the dead server")
             server.start()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -33,7 +34,7 @@ import pyarrow.compute as pc
 
 from collector.config import AssemblerConfig
 from collector.otlp.batch import SpanBatch
-from collector.processors.mapping_job import CaseIndex, MapJob, MapResult, lower_priority, run_map_job
+from collector.processors.mapping_job import CaseIndex, MapJob, MapResult, init_worker, run_map_job
 from collector.processors.span_records import SPAN_COLUMNS
 from collector.store.duckdb_store import Store
 from collector.store.trace_store import TraceStore
@@ -100,8 +101,8 @@ class TraceAssembler:
             self._pool = ProcessPoolExecutor(
                 config.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=lower_priority,
-                initargs=(config.worker_nice,),
+                initializer=init_worker,
+                initargs=(config.worker_nice, os.getpid()),
             )
         self._cond = threading.Condition()
         self._stopping = False

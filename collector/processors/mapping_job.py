@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -48,14 +50,24 @@ class MapResult:
 _cached_cases: tuple[int, CaseIndex] = (-1, CaseIndex())
 
 
-def lower_priority(niceness: int) -> None:
-    """Worker initializer: run mapping at a lower CPU priority than the service (see
-    `assembler.worker_nice`). Where the OS refuses, mapping keeps the normal priority."""
+def init_worker(niceness: int, parent: int) -> None:
+    """Mapping worker initializer. Lowers the worker's CPU priority (`assembler.worker_nice`; where
+    the OS refuses, it keeps the normal priority), and makes the worker exit when the service is
+    gone: a service killed with SIGKILL cannot shut its pool down, and the worker would linger.
+    `parent` is the service's pid, passed in: a worker that starts after the service died must
+    not take its new parent (init) for the service."""
     if niceness:
         try:
             os.nice(niceness)
         except OSError:
             log.warning("could not lower the mapping worker's priority; it runs at normal priority")
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch_parent, name="ragpulse-parent-watch", daemon=True).start()
 
 
 def run_map_job(job: MapJob) -> MapResult:
