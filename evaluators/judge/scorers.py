@@ -46,6 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from pydantic import BaseModel
+
 from semconv.models import Document, RagTrace
 
 from ..scores import Score, ScoreItem
@@ -112,6 +114,36 @@ def _error(
     kind = result.error_kind or "bad_response"
     score = Score.fail_error(name, kind, f"judge error ({kind}): {result.error}", threshold=threshold)
     return _with_judge(score, client.score_fields(result, version))
+
+
+_Verdict = TypeVar("_Verdict", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class _Asker:
+    """One evaluator's judge calls: the client, the score name and pass line its errors carry."""
+
+    client: JudgeClient
+    name: str
+    threshold: float | None
+
+    def ask(
+        self, messages: list[dict[str, str]], schema: type[_Verdict], version: str, fenced: FencedInputs
+    ) -> tuple[_Verdict, dict[str, Any]] | Score:
+        """One call: (the parsed verdict, the score's judge fields), or the `error` score."""
+        result = self.client.judge(messages, schema, prompt_version=version, fence_token=fenced.fence.token)
+        if result.parsed is None:
+            return _error(self.name, self.client, result, version, self.threshold)
+        return result.parsed, self.client.score_fields(result, version)
+
+    def bad_verdict(self, reason: str, fields: dict[str, Any]) -> Score:
+        """A verdict that passed the schema but not our checks: an `error`, never a pass."""
+        score = Score.fail_error(self.name, "bad_verdict", reason, threshold=self.threshold)
+        return _with_judge(score, fields)
+
+
+def _present(text: str | None) -> str | None:
+    return None if text is None or not text.strip() else text
 
 
 def _squash(text: str) -> str:
@@ -257,6 +289,8 @@ def make_judge_faithfulness(
         raise ValueError(f"min: mode answer scores 1 or 0 and passes at 1; drop min for {name}")
     threshold = 1.0 if min is None else float(min)
 
+    judge = _Asker(client, name, threshold)
+
     def evaluate(trace: RagTrace) -> Score:
         answer = trace.answer
         if answer is None or not answer.strip():
@@ -274,19 +308,14 @@ def make_judge_faithfulness(
             return gate
         fenced = fence_inputs(
             documents=_documents(trace),
-            question=None if _blank(trace.question) else trace.question,
+            question=_present(trace.question),
             answer=answer,
         )
-        result = client.judge(
-            faithfulness_messages(fenced),
-            FaithfulnessVerdict,
-            prompt_version=FAITHFULNESS_VERSION,
-            fence_token=fenced.fence.token,
-        )
-        if result.parsed is None:
-            return _error(name, client, result, FAITHFULNESS_VERSION, threshold)
-        fields = client.score_fields(result, FAITHFULNESS_VERSION)
-        verdicts = result.parsed.claims
+        asked = judge.ask(faithfulness_messages(fenced), FaithfulnessVerdict, FAITHFULNESS_VERSION, fenced)
+        if isinstance(asked, Score):
+            return asked
+        parsed, fields = asked
+        verdicts = parsed.claims
         if not verdicts:
             score = Score.skip(
                 name,
@@ -378,6 +407,8 @@ def make_judge_context_relevance(
         raise ValueError(f"min: {name} needs a `min` (its reachable maximum depends on k and the case)")
     threshold: float | None = float(min) if min is not None else (None if base == "share" else 1.0)
 
+    judge = _Asker(client, name, threshold)
+
     def evaluate(trace: RagTrace) -> Score:
         question = trace.question
         if question is None or not question.strip():
@@ -393,18 +424,18 @@ def make_judge_context_relevance(
         if all(doc.content is None for doc in documents):
             return _no_text(name, threshold)
         fenced = fence_inputs(documents=_documents(trace), question=question)
-        result = client.judge(
+        asked = judge.ask(
             context_relevance_messages(fenced, len(documents)),
             ContextRelevanceVerdict,
-            prompt_version=CONTEXT_RELEVANCE_VERSION,
-            fence_token=fenced.fence.token,
+            CONTEXT_RELEVANCE_VERSION,
+            fenced,
         )
-        if result.parsed is None:
-            return _error(name, client, result, CONTEXT_RELEVANCE_VERSION, threshold)
-        fields = client.score_fields(result, CONTEXT_RELEVANCE_VERSION)
-        ordered = in_rank_order(result.parsed.documents, len(documents))
+        if isinstance(asked, Score):
+            return asked
+        parsed, fields = asked
+        ordered = in_rank_order(parsed.documents, len(documents))
         if isinstance(ordered, str):
-            return _with_judge(Score.fail_error(name, "bad_verdict", ordered, threshold=threshold), fields)
+            return judge.bad_verdict(ordered, fields)
         labels = [v.relevant for v in ordered]
         items = [
             ScoreItem(text=_label(doc, rank), ok=v.relevant, evidence=v.reason or None)
@@ -436,6 +467,8 @@ def make_judge_context_recall(client: JudgeClient, min: float | None = None) -> 
     name = "context_recall"
     threshold = _default_min(name, min)
 
+    judge = _Asker(client, name, threshold)
+
     def evaluate(trace: RagTrace) -> Score:
         expected = trace.expected_answer
         if _blank(expected):
@@ -450,22 +483,19 @@ def make_judge_context_recall(client: JudgeClient, min: float | None = None) -> 
             return gate
         fenced = fence_inputs(
             documents=_documents(trace),
-            question=None if _blank(trace.question) else trace.question,
+            question=_present(trace.question),
             reference=expected,
         )
-        result = client.judge(
-            context_recall_messages(fenced),
-            FaithfulnessVerdict,
-            prompt_version=CONTEXT_RECALL_VERSION,
-            fence_token=fenced.fence.token,
+        asked = judge.ask(
+            context_recall_messages(fenced), FaithfulnessVerdict, CONTEXT_RECALL_VERSION, fenced
         )
-        if result.parsed is None:
-            return _error(name, client, result, CONTEXT_RECALL_VERSION, threshold)
-        fields = client.score_fields(result, CONTEXT_RECALL_VERSION)
-        if not result.parsed.claims:
+        if isinstance(asked, Score):
+            return asked
+        parsed, fields = asked
+        if not parsed.claims:
             reason = "the judge found no statement in the expected answer"
-            return _with_judge(Score.fail_error(name, "bad_verdict", reason, threshold=threshold), fields)
-        tally = check_claims(result.parsed.claims, trace.contexts)
+            return judge.bad_verdict(reason, fields)
+        tally = check_claims(parsed.claims, trace.contexts)
         text = (
             f"{tally.supported} of {tally.total} expected-answer statements found in the documents, "
             f"{tally.unsupported} missing, {tally.contradicted} contradicted by them"
@@ -496,6 +526,8 @@ def make_judge_context_precision(client: JudgeClient, min: float | None = None) 
     name = "context_precision"
     threshold = _default_min(name, min)
 
+    judge = _Asker(client, name, threshold)
+
     def evaluate(trace: RagTrace) -> Score:
         if _blank(trace.question):
             return Score.skip(name, "no_question", "the trace has no question", threshold=threshold)
@@ -510,18 +542,18 @@ def make_judge_context_precision(client: JudgeClient, min: float | None = None) 
         if gate is not None:
             return gate
         fenced = fence_inputs(documents=_documents(trace), question=trace.question, reference=reference)
-        result = client.judge(
+        asked = judge.ask(
             context_precision_messages(fenced, len(documents)),
             ContextPrecisionVerdict,
-            prompt_version=CONTEXT_PRECISION_VERSION,
-            fence_token=fenced.fence.token,
+            CONTEXT_PRECISION_VERSION,
+            fenced,
         )
-        if result.parsed is None:
-            return _error(name, client, result, CONTEXT_PRECISION_VERSION, threshold)
-        fields = client.score_fields(result, CONTEXT_PRECISION_VERSION)
-        ordered = in_rank_order(result.parsed.documents, len(documents))
+        if isinstance(asked, Score):
+            return asked
+        parsed, fields = asked
+        ordered = in_rank_order(parsed.documents, len(documents))
         if isinstance(ordered, str):
-            return _with_judge(Score.fail_error(name, "bad_verdict", ordered, threshold=threshold), fields)
+            return judge.bad_verdict(ordered, fields)
         labels = [v.useful for v in ordered]
         items = [
             ScoreItem(text=_label(doc, rank), ok=v.useful, evidence=f"rank {rank}: {v.reason or '-'}")
@@ -556,6 +588,8 @@ def make_judge_answer_relevance(client: JudgeClient, min: float | None = None) -
     name = "answer_relevance"
     threshold = _default_min(name, min)
 
+    judge = _Asker(client, name, threshold)
+
     def evaluate(trace: RagTrace) -> Score:
         question, answer = trace.question, trace.answer
         if _blank(question):
@@ -572,19 +606,16 @@ def make_judge_answer_relevance(client: JudgeClient, min: float | None = None) -
                 explanation="the answer is a refusal or states nothing checkable (no judge call)",
             )
         fenced = fence_inputs(question=question, answer=answer)
-        result = client.judge(
-            answer_relevance_messages(fenced),
-            AnswerRelevanceVerdict,
-            prompt_version=ANSWER_RELEVANCE_VERSION,
-            fence_token=fenced.fence.token,
+        asked = judge.ask(
+            answer_relevance_messages(fenced), AnswerRelevanceVerdict, ANSWER_RELEVANCE_VERSION, fenced
         )
-        if result.parsed is None:
-            return _error(name, client, result, ANSWER_RELEVANCE_VERSION, threshold)
-        fields = client.score_fields(result, ANSWER_RELEVANCE_VERSION)
-        verdict = result.parsed
+        if isinstance(asked, Score):
+            return asked
+        parsed, fields = asked
+        verdict = parsed
         if not verdict.parts:
             reason = "the judge found no part in the question"
-            return _with_judge(Score.fail_error(name, "bad_verdict", reason, threshold=threshold), fields)
+            return judge.bad_verdict(reason, fields)
         items = [
             ScoreItem(
                 text=part.part,
@@ -636,6 +667,8 @@ def make_judge_answer_correctness(
         AnswerPrecisionVerdict if precision_only else AnswerCorrectnessVerdict
     )
 
+    judge = _Asker(client, name, threshold)
+
     def evaluate(trace: RagTrace) -> Score:
         answer, expected = trace.answer, trace.expected_answer
         if _blank(answer):
@@ -651,19 +684,14 @@ def make_judge_answer_correctness(
                 label="noncommittal",
                 explanation="the answer states nothing checkable while an answer is expected (no judge call)",
             )
-        fenced = fence_inputs(
-            question=None if _blank(trace.question) else trace.question, answer=answer, reference=expected
+        fenced = fence_inputs(question=_present(trace.question), answer=answer, reference=expected)
+        asked = judge.ask(
+            answer_correctness_messages(fenced, precision_only=precision_only), schema, version, fenced
         )
-        result = client.judge(
-            answer_correctness_messages(fenced, precision_only=precision_only),
-            schema,
-            prompt_version=version,
-            fence_token=fenced.fence.token,
-        )
-        if result.parsed is None:
-            return _error(name, client, result, version, threshold)
-        fields = client.score_fields(result, version)
-        answer_claims = result.parsed.answer_claims
+        if isinstance(asked, Score):
+            return asked
+        parsed, fields = asked
+        answer_claims = parsed.answer_claims
         if not answer_claims:
             reason = "the judge found no claim in the answer"
             return _with_judge(Score.skip(name, "no_claims", reason, threshold=threshold), fields)
@@ -683,11 +711,11 @@ def make_judge_answer_correctness(
             f"({contradicted} contradicted)"
         )
         value = precision
-        if isinstance(result.parsed, AnswerCorrectnessVerdict):
-            statements = result.parsed.reference_statements
+        if isinstance(parsed, AnswerCorrectnessVerdict):
+            statements = parsed.reference_statements
             if not statements:
                 reason = "the judge found no statement in the expected answer"
-                return _with_judge(Score.fail_error(name, "bad_verdict", reason, threshold=threshold), fields)
+                return judge.bad_verdict(reason, fields)
             items += [
                 ScoreItem(
                     text=f"expected: {st.statement}",
