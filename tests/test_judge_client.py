@@ -13,10 +13,9 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict
 
 from evaluators.judge import (
     MAX_DOCUMENT_CHARS,
@@ -30,42 +29,14 @@ from evaluators.judge import (
     neutralize,
 )
 from evaluators.judge.client import JudgeResult
+from tests.judging import GOOD, Verdict, messages, settings
 from tests.openai_stub import ChatReply, OpenAIStub
-
-GOOD = json.dumps({"verdict": "yes", "reason": "the refund policy states 30 days"})
-
-
-class Verdict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    verdict: Literal["yes", "no"]
-    reason: str
 
 
 @pytest.fixture
 def stub() -> Iterator[OpenAIStub]:
     with OpenAIStub() as server:
         yield server
-
-
-def settings(stub: OpenAIStub, **overrides: Any) -> JudgeSettings:
-    values: dict[str, Any] = {
-        "base_url": stub.base_url,
-        "model": "judge-model",
-        "api_key": "test",
-        "timeout": 1.0,
-        "max_retries": 2,
-        "backoff_initial": 0.01,
-        "backoff_max": 0.2,
-        **overrides,
-    }
-    return JudgeSettings.model_validate(values)
-
-
-def messages(question: str = "How long do refunds take?") -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": "You judge answers. Reply in JSON."},
-        {"role": "user", "content": question},
-    ]
 
 
 def assert_failed(result: JudgeResult[Any], kind: str) -> None:

@@ -24,6 +24,7 @@ from evaluators.judge.scorers import (
 from evaluators.registry import build_evaluator, build_evaluators
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
+from tests.judging import evaluator_client
 from tests.openai_stub import ChatReply, OpenAIStub
 
 INJECTION = (
@@ -58,18 +59,7 @@ def stub() -> Iterator[OpenAIStub]:
 
 @pytest.fixture
 def client(stub: OpenAIStub) -> JudgeClient:
-    settings = JudgeSettings.model_validate(
-        {
-            "base_url": stub.base_url,
-            "model": "judge-model",
-            "api_key": "test",
-            "timeout": 1.0,
-            "max_retries": 1,
-            "backoff_initial": 0.01,
-            "backoff_max": 0.05,
-        }
-    )
-    return JudgeClient(settings)
+    return evaluator_client(stub)
 
 
 def claim(

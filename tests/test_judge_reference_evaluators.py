@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from evaluators.judge import JudgeClient, JudgeSettings
+from evaluators.judge import JudgeClient
 from evaluators.judge.prompts import (
     ANSWER_CORRECTNESS_VERSION,
     ANSWER_PRECISION_VERSION,
@@ -31,6 +31,7 @@ from evaluators.judge.scorers import (
 from evaluators.registry import build_evaluator
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
+from tests.judging import evaluator_client
 from tests.openai_stub import ChatReply, OpenAIStub
 
 WINDOW = "Refunds are accepted within 30 days of delivery."
@@ -69,18 +70,7 @@ def stub() -> Iterator[OpenAIStub]:
 
 @pytest.fixture
 def client(stub: OpenAIStub) -> JudgeClient:
-    settings = JudgeSettings.model_validate(
-        {
-            "base_url": stub.base_url,
-            "model": "judge-model",
-            "api_key": "test",
-            "timeout": 1.0,
-            "max_retries": 1,
-            "backoff_initial": 0.01,
-            "backoff_max": 0.05,
-        }
-    )
-    return JudgeClient(settings)
+    return evaluator_client(stub)
 
 
 def blocks(stub: OpenAIStub, index: int = -1) -> dict[str, list[str]]:

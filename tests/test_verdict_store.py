@@ -13,53 +13,30 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import duckdb
 import pytest
 import yaml
-from pydantic import BaseModel, ConfigDict
 
 from collector.config import ConfigError, load_config
 from evaluators.judge import DuckDBVerdictStore, JudgeClient, JudgeSettings, VerdictStoreError
 from tests.conftest import RAGPULSE
+from tests.judging import GOOD, Verdict, messages
+from tests.judging import settings as _settings
 from tests.openai_stub import OpenAIStub, RecordedRequest
 
-GOOD = json.dumps({"verdict": "yes", "reason": "the refund policy states 30 days"})
 ENTRY = {"parsed": {"verdict": "yes", "reason": "r"}, "raw": '{"verdict": "yes"}', "response_model": "m-1"}
 
 
-class Verdict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    verdict: Literal["yes", "no"]
-    reason: str
+def settings(stub: OpenAIStub, **overrides: Any) -> JudgeSettings:
+    return _settings(stub, **{"timeout": 2.0, "max_retries": 0, "backoff_max": 0.1, **overrides})
 
 
 @pytest.fixture
 def stub() -> Iterator[OpenAIStub]:
     with OpenAIStub() as server:
         yield server
-
-
-def settings(stub: OpenAIStub, **overrides: Any) -> JudgeSettings:
-    values: dict[str, Any] = {
-        "base_url": stub.base_url,
-        "model": "judge-model",
-        "api_key": "test",
-        "timeout": 2.0,
-        "max_retries": 0,
-        "backoff_initial": 0.01,
-        "backoff_max": 0.1,
-        **overrides,
-    }
-    return JudgeSettings.model_validate(values)
-
-
-def messages(question: str = "How long do refunds take?") -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": "You judge answers. Reply in JSON."},
-        {"role": "user", "content": question},
-    ]
 
 
 # -- the store on its own ----------------------------------------------------------------------------------
