@@ -15,7 +15,10 @@ documents' text, a golden question and expected answer, and an answer made of 1-
 retrieved documents, sometimes with `[id]` markers and sometimes with an invented sentence holding a
 per-trace number (so no two answers are the same text). Word sets of a text are cached by text
 (`evaluators.textutil`, LRU), as documents of one knowledge base repeat across traces in production
-too; `--cold` clears those caches before every trace, the worst case.
+too; `--cold` clears those caches (and the text evaluators' per-trace context memo) before every
+trace, the worst case. Within one trace the evaluators share work as they do in production (one
+reading of the retrieved ids for the twelve retrieval scores, one context for the text scores), and
+scores and items are built without re-validation (evaluators.scores).
 
     .venv/bin/python bench/scoring.py                    # 20,000 traces, retrieval set
     .venv/bin/python bench/scoring.py --text             # full deterministic set
@@ -53,6 +56,8 @@ CACHED = (
     text_evaluators._claims,
     text_evaluators._doc,
     text_evaluators._token_counts,
+    text_evaluators._stripped,
+    text_evaluators._context_memo,
 )
 
 

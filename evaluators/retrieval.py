@@ -10,6 +10,11 @@ Two layers:
 - The evaluator layer: `make_retrieval_evaluator(name, min)` checks a config entry such as
   `{name: retrieval.recall@5, min: 0.8}` at start-up (ValueError for unknown names, bad k, a bad or
   missing `min`) and returns a callable `RagTrace -> Score`; `evaluate_retrieval` does both at once.
+  The evaluators of a set share one reading of a trace (its deduplicated ranking, and per k the
+  window, the items and the pieces of the explanations), kept for the last trace scored and keyed
+  by everything it depends on (the expected ids, each retrieval step's name and documents' ids and
+  ranks), so a trace changed in place is read again. Each metric's value comes from the same kernel
+  as the pure function, so both give the same float.
 
 Conventions (DESIGN.md section 6, "Retrieval metric conventions"; metrics.md section 7):
 
@@ -52,12 +57,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from semconv.models import RagTrace
 
-from .scores import Score, ScoreItem
+from .scores import Score, score_items
 
 Metric = Literal["hit", "recall", "precision", "mrr", "ndcg", "map"]
 METRICS: tuple[Metric, ...] = ("hit", "recall", "precision", "mrr", "ndcg", "map")
@@ -115,57 +120,32 @@ def _prepare(
     return (ranked if k is None else ranked[:k]), relevant
 
 
-def hit(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
-    """1.0 when at least one expected id is in the top k, else 0.0."""
-    prepared = _prepare(retrieved, expected, k)
-    if prepared is None:
-        return None
-    window, relevant = prepared
+# Each metric is a kernel over the deduplicated top k and the distinct expected ids, shared by the
+# public function below and the evaluator layer (so both give the same float, bit for bit).
+
+
+def _hit_in(window: Sequence[str], relevant: Collection[str], k: int | None) -> float:
     return 1.0 if any(doc_id in relevant for doc_id in window) else 0.0
 
 
-def recall(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
-    """|expected ∩ top k| / |expected|."""
-    prepared = _prepare(retrieved, expected, k)
-    if prepared is None:
-        return None
-    window, relevant = prepared
+def _recall_in(window: Sequence[str], relevant: Collection[str], k: int | None) -> float:
     return sum(1 for doc_id in window if doc_id in relevant) / len(relevant)
 
 
-def precision(
-    retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None
-) -> float | None:
-    """|expected ∩ top k| / k (k even when fewer were retrieved); whole list: / number retrieved."""
-    prepared = _prepare(retrieved, expected, k)
-    if prepared is None:
-        return None
-    window, relevant = prepared
+def _precision_in(window: Sequence[str], relevant: Collection[str], k: int | None) -> float:
     hits = sum(1 for doc_id in window if doc_id in relevant)
     denominator = k if k is not None else len(window)
     return hits / denominator if denominator else 0.0
 
 
-def mrr(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
-    """1 / rank of the first expected id within the top k, else 0.0 (reciprocal rank of one query)."""
-    prepared = _prepare(retrieved, expected, k)
-    if prepared is None:
-        return None
-    window, relevant = prepared
+def _mrr_in(window: Sequence[str], relevant: Collection[str], k: int | None) -> float:
     for rank, doc_id in enumerate(window, start=1):
         if doc_id in relevant:
             return 1.0 / rank
     return 0.0
 
 
-def average_precision(
-    retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None
-) -> float | None:
-    """AP@k = sum over expected ids at rank i <= k of precision@i, divided by |expected| (score `map`)."""
-    prepared = _prepare(retrieved, expected, k)
-    if prepared is None:
-        return None
-    window, relevant = prepared
+def _average_precision_in(window: Sequence[str], relevant: Collection[str], k: int | None) -> float:
     hits = 0
     total = 0.0
     for rank, doc_id in enumerate(window, start=1):
@@ -173,6 +153,40 @@ def average_precision(
             hits += 1
             total += hits / rank
     return total / len(relevant)
+
+
+def hit(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
+    """1.0 when at least one expected id is in the top k, else 0.0."""
+    prepared = _prepare(retrieved, expected, k)
+    return None if prepared is None else _hit_in(*prepared, k)
+
+
+def recall(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
+    """|expected ∩ top k| / |expected|."""
+    prepared = _prepare(retrieved, expected, k)
+    return None if prepared is None else _recall_in(*prepared, k)
+
+
+def precision(
+    retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None
+) -> float | None:
+    """|expected ∩ top k| / k (k even when fewer were retrieved); whole list: / number retrieved."""
+    prepared = _prepare(retrieved, expected, k)
+    return None if prepared is None else _precision_in(*prepared, k)
+
+
+def mrr(retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None) -> float | None:
+    """1 / rank of the first expected id within the top k, else 0.0 (reciprocal rank of one query)."""
+    prepared = _prepare(retrieved, expected, k)
+    return None if prepared is None else _mrr_in(*prepared, k)
+
+
+def average_precision(
+    retrieved: Sequence[str | None], expected: Collection[str], k: int | None = None
+) -> float | None:
+    """AP@k = sum over expected ids at rank i <= k of precision@i, divided by |expected| (score `map`)."""
+    prepared = _prepare(retrieved, expected, k)
+    return None if prepared is None else _average_precision_in(*prepared, k)
 
 
 def _gains(expected: Collection[str] | Mapping[str, float]) -> dict[str, float]:
@@ -193,6 +207,22 @@ def _discount(rank: int) -> float:
     return math.log2(rank + 1)
 
 
+def _dcg_in(window: Sequence[str], gains: dict[str, float], k: int | None) -> tuple[float, float]:
+    """(DCG of the top k, ideal DCG@k) for non-empty `gains`."""
+    dcg = sum(gains.get(doc_id, 0.0) / _discount(rank) for rank, doc_id in enumerate(window, start=1))
+    ideal = sorted(gains.values(), reverse=True)
+    if k is not None:
+        ideal = ideal[:k]
+    idcg = sum(gain / _discount(rank) for rank, gain in enumerate(ideal, start=1))
+    return dcg, idcg
+
+
+def _ndcg_of(parts: tuple[float, float]) -> float:
+    dcg, idcg = parts
+    # idcg > 0 whenever there is a positive gain; min() absorbs float noise at the ideal ranking.
+    return min(1.0, dcg / idcg)
+
+
 def dcg_parts(
     retrieved: Sequence[str | None], expected: Collection[str] | Mapping[str, float], k: int | None = None
 ) -> tuple[float, float] | None:
@@ -202,13 +232,7 @@ def dcg_parts(
     gains = _gains(expected)
     if not gains:
         return None
-    window = ranked if k is None else ranked[:k]
-    dcg = sum(gains.get(doc_id, 0.0) / _discount(rank) for rank, doc_id in enumerate(window, start=1))
-    ideal = sorted(gains.values(), reverse=True)
-    if k is not None:
-        ideal = ideal[:k]
-    idcg = sum(gain / _discount(rank) for rank, gain in enumerate(ideal, start=1))
-    return dcg, idcg
+    return _dcg_in(ranked if k is None else ranked[:k], gains, k)
 
 
 def ndcg(
@@ -220,11 +244,7 @@ def ndcg(
     graded gains (grade 0 = judged not relevant; negative grades are refused).
     """
     parts = dcg_parts(retrieved, expected, k)
-    if parts is None:
-        return None
-    dcg, idcg = parts
-    # idcg > 0 whenever there is a positive gain; min() absorbs float noise at the ideal ranking.
-    return min(1.0, dcg / idcg)
+    return None if parts is None else _ndcg_of(parts)
 
 
 MetricFunction = Callable[[Sequence[str | None], Collection[str], int | None], float | None]
@@ -259,6 +279,15 @@ def parse_name(name: str) -> tuple[Metric, int | None]:
     return metric, k  # narrowed to Metric by the `in METRICS` check
 
 
+_KERNELS: dict[Metric, Callable[[Sequence[str], Collection[str], int | None], float]] = {
+    "hit": _hit_in,
+    "recall": _recall_in,
+    "precision": _precision_in,
+    "mrr": _mrr_in,
+    "map": _average_precision_in,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class _Retrieved:
     """A trace's combined ranking, with where each document came from (for evidence)."""
@@ -267,13 +296,14 @@ class _Retrieved:
     origin: list[str]  # per ranked position: "" or " (step 2 'faq-search', rank 1)"
     duplicates: int
     steps: int
+    position: dict[str, int]  # id -> index in `ranked`
 
 
 def _read_trace(trace: RagTrace) -> _Retrieved | str:
     """The trace's retrieval steps' documents in step order, deduplicated; or an error explanation."""
     steps = trace.steps_of("retrieval")
     several = len(steps) > 1
-    seen: set[str] = set()
+    position: dict[str, int] = {}
     ranked: list[str] = []
     origin: list[str] = []
     duplicates = 0
@@ -285,17 +315,139 @@ def _read_trace(trace: RagTrace) -> _Retrieved | str:
                     f"the document at rank {doc.rank} of retrieval {where} has no id; retrieval metrics "
                     "match document ids against the expected ids, so every retrieved document needs one"
                 )
-            if doc.id in seen:
+            if doc.id in position:
                 duplicates += 1
                 continue
-            seen.add(doc.id)
+            position[doc.id] = len(ranked)
             ranked.append(doc.id)
             origin.append(f" (step {step_number} {step.name!r}, rank {doc.rank})" if several else "")
-    return _Retrieved(ranked, origin, duplicates, len(steps))
+    return _Retrieved(ranked, origin, duplicates, len(steps), position)
 
 
 def _ranks(ids: list[str]) -> str:
     return ", ".join(ids)
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """What every metric at one cutoff k shares for one trace."""
+
+    window: list[str]  # the top k of the ranking
+    found: list[tuple[int, str]]  # (rank, id) of the expected ids in the window
+    items: tuple[tuple[str, bool, str], ...]  # (text, ok, evidence), failing first
+    extra: list[str]  # ids in the window that were not expected
+    scope: str
+    at_ranks: str
+    tail: str  # "; missing: ..." or ""
+
+
+@dataclass(slots=True)
+class _Reading:
+    """One trace read against its expected ids: shared by every retrieval evaluator scoring it."""
+
+    expected: list[str]  # distinct, in given order
+    retrieved: _Retrieved | str | None  # None: not read (no expected ids); str: the error explanation
+    windows: dict[int | None, _Window] = field(default_factory=dict)
+    gains: dict[str, float] = field(default_factory=dict)  # binary gains, for nDCG
+    dcg: dict[int | None, tuple[float, float]] = field(default_factory=dict)
+
+    def window(self, read: _Retrieved, k: int | None) -> _Window:
+        cached = self.windows.get(k)
+        if cached is None:
+            cached = self.windows[k] = _make_window(read, self.expected, k)
+        return cached
+
+    def dcg_parts(self, read: _Retrieved, k: int | None) -> tuple[float, float]:
+        parts = self.dcg.get(k)
+        if parts is None:
+            if not self.gains:
+                self.gains = dict.fromkeys(self.expected, 1.0)
+            window = read.ranked if k is None else read.ranked[:k]
+            parts = self.dcg[k] = _dcg_in(window, self.gains, k)
+        return parts
+
+
+def _make_window(read: _Retrieved, expected: list[str], k: int | None) -> _Window:
+    ranked, origin, position = read.ranked, read.origin, read.position
+    n = len(ranked)
+    cutoff = n if k is None else min(k, n)
+    window = ranked if k is None else ranked[:k]
+    relevant = set(expected)
+    # Items: one per expected id, then one per retrieved document in the window that was not
+    # expected; failing ones first (the order `Score` keeps them in), each group in that order.
+    failing: list[tuple[str, bool, str]] = []
+    passing: list[tuple[str, bool, str]] = []
+    for doc_id in expected:
+        i = position.get(doc_id)
+        if i is None:
+            failing.append((doc_id, False, "not retrieved"))
+        elif i < cutoff:
+            passing.append((doc_id, True, f"rank {i + 1}{origin[i]}"))
+        else:
+            failing.append((doc_id, False, f"rank {i + 1}{origin[i]}, outside the top {k}"))
+    extra = []
+    for i, doc_id in enumerate(window):
+        if doc_id not in relevant:
+            extra.append(doc_id)
+            failing.append((doc_id, False, f"rank {i + 1}{origin[i]}, not an expected document"))
+    found = [(i + 1, doc_id) for i, doc_id in enumerate(window) if doc_id in relevant]
+    found_ids = {doc_id for _, doc_id in found}
+    missing = [doc_id for doc_id in expected if doc_id not in found_ids]
+    scope = f"the top {k}" if k is not None else f"the {n} retrieved documents"
+    if k is not None and n < k:
+        scope += f" (only {n} retrieved)"
+    return _Window(
+        window=window,
+        found=found,
+        items=(*failing, *passing),
+        extra=extra,
+        scope=scope,
+        at_ranks=", ".join(str(rank) for rank, _ in found),
+        tail=f"; missing: {_ranks(missing)}" if missing else "",
+    )
+
+
+# The reading of the last trace scored, keyed by everything it depends on: the expected ids and, per
+# retrieval step, its name and its documents' ids and ranks. The evaluators of a set score one trace
+# in turn, so they share one reading; a trace changed in place has another key and is read again.
+# Keys compare by value, so two equal traces share a reading too.
+_TraceKey = tuple[object, ...]
+
+
+class _ReadingMemo:
+    """The last (key, reading); swapped whole, so concurrent callers at worst read a trace twice."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: tuple[_TraceKey, _Reading] | None = None
+
+    def cache_clear(self) -> None:
+        self.last = None
+
+
+_reading_memo = _ReadingMemo()
+
+
+def _trace_key(trace: RagTrace) -> _TraceKey:
+    expected = trace.expected_documents
+    key: list[object] = [None if expected is None else tuple(expected)]
+    for step in trace.steps:
+        if step.kind == "retrieval":
+            key.append(step.name)
+            key.append([(doc.id, doc.rank) for doc in step.documents])
+    return tuple(key)
+
+
+def _reading(trace: RagTrace) -> _Reading:
+    key = _trace_key(trace)
+    last = _reading_memo.last
+    if last is not None and last[0] == key:
+        return last[1]
+    expected = list(dict.fromkeys(trace.expected_documents or ()))  # distinct, in given order
+    reading = _Reading(expected, _read_trace(trace) if expected else None)
+    _reading_memo.last = (key, reading)
+    return reading
 
 
 @dataclass(frozen=True)
@@ -309,91 +461,62 @@ class RetrievalEvaluator:
     require_reference: bool = False
 
     def __call__(self, trace: RagTrace) -> Score:
-        expected_list = list(dict.fromkeys(trace.expected_documents or ()))  # distinct, in given order
-        if not expected_list:
+        reading = _reading(trace)
+        read = reading.retrieved
+        if read is None:
             explanation = "the trace has no expected document ids to compare the retrieved documents with"
             if self.require_reference:
                 return Score.fail_error(self.name, "no_expected_ids", explanation, threshold=self.threshold)
             return Score.skip(self.name, "no_expected_ids", explanation, threshold=self.threshold)
-        read = _read_trace(trace)
         if isinstance(read, str):
             return Score.fail_error(self.name, "missing_document_id", read, threshold=self.threshold)
-        value = METRIC_FUNCTIONS[self.metric](read.ranked, expected_list, self.k)
-        items = self._items(read, expected_list)
-        return Score.judged(
-            self.name, value, self.threshold, explanation=self._explain(read, expected_list), items=items
-        )
+        k = self.k
+        window = reading.window(read, k)
+        if self.metric == "ndcg":
+            value = _ndcg_of(reading.dcg_parts(read, k))
+        else:
+            value = _KERNELS[self.metric](window.window, reading.expected, k)
+        items = score_items(window.items)
+        explanation = self._explain(reading, read, window)
+        return Score.judged(self.name, value, self.threshold, explanation=explanation, items=items)
 
-    def _cutoff(self, read: _Retrieved) -> int:
-        return len(read.ranked) if self.k is None else min(self.k, len(read.ranked))
-
-    def _items(self, read: _Retrieved, expected: list[str]) -> list[ScoreItem]:
-        """One item per expected id, then one per retrieved document that was not expected (in the window)."""
-        cutoff = self._cutoff(read)
-        position = {doc_id: i for i, doc_id in enumerate(read.ranked)}
-        relevant = set(expected)
-        items: list[ScoreItem] = []
-        for doc_id in expected:
-            i = position.get(doc_id)
-            if i is None:
-                items.append(ScoreItem(text=doc_id, ok=False, evidence="not retrieved"))
-            elif i < cutoff:
-                items.append(ScoreItem(text=doc_id, ok=True, evidence=f"rank {i + 1}{read.origin[i]}"))
-            else:
-                evidence = f"rank {i + 1}{read.origin[i]}, outside the top {self.k}"
-                items.append(ScoreItem(text=doc_id, ok=False, evidence=evidence))
-        for i, doc_id in enumerate(read.ranked[:cutoff]):
-            if doc_id not in relevant:
-                evidence = f"rank {i + 1}{read.origin[i]}, not an expected document"
-                items.append(ScoreItem(text=doc_id, ok=False, evidence=evidence))
-        return items
-
-    def _explain(self, read: _Retrieved, expected: list[str]) -> str:
+    def _explain(self, reading: _Reading, read: _Retrieved, w: _Window) -> str:
         k = self.k
         n = len(read.ranked)
-        window = read.ranked if k is None else read.ranked[:k]
-        relevant = set(expected)
-        found = [(i + 1, doc_id) for i, doc_id in enumerate(window) if doc_id in relevant]
-        found_ids = {doc_id for _, doc_id in found}
-        missing = [doc_id for doc_id in expected if doc_id not in found_ids]
+        expected = reading.expected
         if n == 0:
             why = "no retrieval step" if read.steps == 0 else "the retrieval returned nothing"
             return f"no documents retrieved ({why}); expected: {_ranks(expected)}"
-        scope = f"the top {k}" if k is not None else f"the {n} retrieved documents"
-        if k is not None and n < k:
-            scope += f" (only {n} retrieved)"
-        at_ranks = ", ".join(str(rank) for rank, _ in found)
-        tail = f"; missing: {_ranks(missing)}" if missing else ""
-        if self.metric == "hit":
+        found, scope = w.found, w.scope
+        metric = self.metric
+        if metric == "hit":
             text = (
                 f"expected document {found[0][1]} at rank {found[0][0]} in {scope}"
                 if found
                 else f"none of the {len(expected)} expected documents in {scope}"
             )
-        elif self.metric == "recall":
-            text = f"{len(found)} of {len(expected)} expected documents in {scope}{tail}"
-        elif self.metric == "precision":
+        elif metric == "recall":
+            text = f"{len(found)} of {len(expected)} expected documents in {scope}{w.tail}"
+        elif metric == "precision":
             denominator = k if k is not None else n
-            extra = [doc_id for doc_id in window if doc_id not in relevant]
             text = f"{len(found)} of {denominator} ranks in {scope} hold an expected document"
             if k is not None and n < k:
                 text += f" (precision@{k} divides by {k})"
-            if extra:
-                text += f"; not expected: {_ranks(extra)}"
-        elif self.metric == "mrr":
+            if w.extra:
+                text += f"; not expected: {_ranks(w.extra)}"
+        elif metric == "mrr":
             text = (
                 f"first expected document ({found[0][1]}) at rank {found[0][0]}"
                 if found
                 else f"no expected document in {scope}"
             )
-        elif self.metric == "ndcg":
-            parts = dcg_parts(read.ranked, expected, k)
-            dcg, idcg = parts if parts is not None else (0.0, 0.0)
-            ranks = f"expected at ranks {at_ranks}" if found else f"no expected document in {scope}"
-            text = f"DCG {dcg:.3f} of ideal {idcg:.3f}; {ranks}{tail}"
+        elif metric == "ndcg":
+            dcg, idcg = reading.dcg_parts(read, k)
+            ranks = f"expected at ranks {w.at_ranks}" if found else f"no expected document in {scope}"
+            text = f"DCG {dcg:.3f} of ideal {idcg:.3f}; {ranks}{w.tail}"
         else:  # map
-            ranks = f"expected at ranks {at_ranks}" if found else f"no expected document in {scope}"
-            text = f"average precision over {len(expected)} expected documents; {ranks}{tail}"
+            ranks = f"expected at ranks {w.at_ranks}" if found else f"no expected document in {scope}"
+            text = f"average precision over {len(expected)} expected documents; {ranks}{w.tail}"
         if read.duplicates:
             text += f"; {read.duplicates} duplicate id(s) ignored (first occurrence kept)"
         return text

@@ -14,13 +14,26 @@ example `no_expected_ids`, `missing_document_id`), or a categorical verdict an e
 expose. `explanation` is the human sentence.
 
 Build scores with `Score.judged` (pass/fail from value and threshold), `Score.skip` and
-`Score.fail_error`, rather than setting `status` by hand.
+`Score.fail_error`, rather than setting `status` by hand, and items with `score_item` (or
+`score_items` for several).
+
+Speed: the deterministic evaluators build ~20 scores and ~100 items per trace, and pydantic
+validation was a fifth of their time. The three constructors and `score_item(s)` therefore build the
+record directly (as `model_construct` does, without its per-field bookkeeping) when every argument
+already has its field's exact type (`str`, `float`, `bool`, `None`, a `list` of `ScoreItem`): the
+rules above then hold by construction (`judged` checks and clamps the value and derives the status,
+items are sorted failing first here), and the record is the one validation would build (same field
+values, same fields set). Any other argument (an int threshold, a numpy float, a dict item, a
+subclass) goes through validation as before. An import-time self-check compares both ways and turns
+the direct path off if this pydantic version lays out models differently.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal, Self
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+from typing import Any, Literal, Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -113,6 +126,26 @@ class Score(BaseModel):
             )
         value = min(1.0, max(0.0, value))  # float noise only; metrics are 0..1 by construction
         status: ScoreStatus = "pass" if value >= threshold - THRESHOLD_TOLERANCE else "fail"
+        if (
+            cls is Score
+            and _DIRECT
+            and type(value) is float
+            and type(threshold) is float
+            and type(name) is str
+            and (label is None or type(label) is str)
+            and (explanation is None or type(explanation) is str)
+        ):
+            direct = _sorted_items(items)
+            if direct is not None:
+                fields = _DEFAULTS.copy()
+                fields["name"] = name
+                fields["value"] = value
+                fields["status"] = status
+                fields["threshold"] = threshold
+                fields["label"] = label
+                fields["explanation"] = explanation
+                fields["items"] = direct
+                return _build(fields, _JUDGED_SET)
         return cls(
             name=name,
             value=value,
@@ -126,6 +159,15 @@ class Score(BaseModel):
     @classmethod
     def skip(cls, name: str, reason: str, explanation: str, *, threshold: float | None = None) -> Score:
         """A score whose input is absent (e.g. no expected ids online): value None, reason in `label`."""
+        if cls is Score and _DIRECT and _simple(name, reason, explanation, threshold):
+            fields = _DEFAULTS.copy()
+            fields["name"] = name
+            fields["status"] = "skipped"
+            fields["threshold"] = threshold
+            fields["label"] = reason
+            fields["explanation"] = explanation
+            fields["items"] = []
+            return _build(fields, _SKIP_SET)
         return cls(name=name, status="skipped", label=reason, explanation=explanation, threshold=threshold)
 
     @classmethod
@@ -139,6 +181,17 @@ class Score(BaseModel):
         items: list[ScoreItem] | None = None,
     ) -> Score:
         """A score that could not be computed: value None, status `error`, reason code in `label`."""
+        if cls is Score and _DIRECT and _simple(name, reason, explanation, threshold):
+            direct = _sorted_items(items)
+            if direct is not None:
+                fields = _DEFAULTS.copy()
+                fields["name"] = name
+                fields["status"] = "error"
+                fields["threshold"] = threshold
+                fields["label"] = reason
+                fields["explanation"] = explanation
+                fields["items"] = direct
+                return _build(fields, _ERROR_SET)
         return cls(
             name=name,
             status="error",
@@ -147,3 +200,170 @@ class Score(BaseModel):
             threshold=threshold,
             items=items or [],
         )
+
+
+# --------------------------------------------------------------------------- direct construction
+# See the module docstring. `_build` does what `BaseModel.model_construct` does (set the four
+# instance slots), for a field dict already complete and in field order.
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _slot_setter(name: str) -> Callable[[Any, Any], None]:
+    """The setter of one of BaseModel's instance slots: what `object.__setattr__(obj, name, value)`
+    ends up calling, without the attribute lookup (checked by the self-check like the rest)."""
+    setter = getattr(BaseModel.__dict__.get(name), "__set__", None)
+    if setter is None:
+        return lambda obj, value: _set(obj, name, value)
+    return cast(Callable[[Any, Any], None], setter)
+
+
+_set_dict = _slot_setter("__dict__")
+_set_fields_set = _slot_setter("__pydantic_fields_set__")
+_set_extra = _slot_setter("__pydantic_extra__")
+_set_private = _slot_setter("__pydantic_private__")
+_ok = attrgetter("ok")
+# Field defaults in field order; `items` (a default factory) is always given by the constructors.
+_DEFAULTS: dict[str, Any] = {name: info.default for name, info in Score.model_fields.items()}
+_JUDGED_SET = frozenset({"name", "value", "status", "threshold", "label", "explanation", "items"})
+_SKIP_SET = frozenset({"name", "status", "label", "explanation", "threshold"})
+_ERROR_SET = _SKIP_SET | {"items"}
+_DIRECT = False  # set by the self-check below
+
+
+def _build(fields: dict[str, Any], fields_set: frozenset[str]) -> Score:
+    score = _new(Score)
+    _set_dict(score, fields)
+    _set_fields_set(score, set(fields_set))
+    _set_extra(score, None)
+    _set_private(score, None)
+    return score
+
+
+def _simple(name: object, reason: object, explanation: object, threshold: object) -> bool:
+    return (
+        type(name) is str
+        and type(reason) is str
+        and type(explanation) is str
+        and (threshold is None or type(threshold) is float)
+    )
+
+
+def _sorted_items(items: object) -> list[ScoreItem] | None:
+    """`items` failing first (a new list), or None when validation has to look at them."""
+    if not items:
+        return []
+    if type(items) is not list:
+        return None
+    in_order = True  # already failing first: all False, then all True
+    passing = False
+    for item in items:
+        if type(item) is not ScoreItem:
+            return None
+        ok = item.ok
+        if ok is True:
+            passing = True
+        elif ok is not False or passing:
+            in_order = False
+    return list(items) if in_order else sorted(items, key=_ok)  # stable, as `Score._failing_first`
+
+
+def score_item(text: str, ok: bool, evidence: str | None = None) -> ScoreItem:
+    """`ScoreItem(text=text, ok=ok, evidence=evidence)`, built directly when the types are exact."""
+    if _DIRECT and type(text) is str and type(ok) is bool and (evidence is None or type(evidence) is str):
+        item = _new(ScoreItem)
+        _set_dict(item, {"text": text, "ok": ok, "evidence": evidence})
+        _set_fields_set(item, {"text", "ok", "evidence"})
+        _set_extra(item, None)
+        _set_private(item, None)
+        return item
+    return ScoreItem(text=text, ok=ok, evidence=evidence)
+
+
+def score_items(rows: Iterable[tuple[str, bool, str | None]]) -> list[ScoreItem]:
+    """`[score_item(text, ok, evidence) for text, ok, evidence in rows]`, in one loop."""
+    if not _DIRECT:
+        return [ScoreItem(text=text, ok=ok, evidence=evidence) for text, ok, evidence in rows]
+    items: list[ScoreItem] = []
+    append = items.append
+    new, set_dict, set_fields_set, set_extra, set_private = (
+        _new,
+        _set_dict,
+        _set_fields_set,
+        _set_extra,
+        _set_private,
+    )
+    for text, ok, evidence in rows:
+        if type(text) is str and type(ok) is bool and (evidence is None or type(evidence) is str):
+            item = new(ScoreItem)
+            set_dict(item, {"text": text, "ok": ok, "evidence": evidence})
+            set_fields_set(item, {"text", "ok", "evidence"})
+            set_extra(item, None)
+            set_private(item, None)
+            append(item)
+        else:
+            append(ScoreItem(text=text, ok=ok, evidence=evidence))
+    return items
+
+
+def _same(built: BaseModel, validated: BaseModel) -> bool:
+    return (
+        type(built) is type(validated)
+        and list(built.__dict__) == list(validated.__dict__)
+        and built == validated
+        and built.model_fields_set == validated.model_fields_set
+        and built.__pydantic_extra__ == validated.__pydantic_extra__
+        and built.__pydantic_private__ == validated.__pydantic_private__
+        and repr(built) == repr(validated)
+        and built.model_dump_json() == validated.model_dump_json()
+    )
+
+
+def _self_check() -> bool:
+    """Whether directly built records equal validated ones on this pydantic version."""
+    global _DIRECT
+    _DIRECT = True
+    try:
+        items = [score_item("a", True, "e"), *score_items([("b", False, None)])]
+        validated_items = [
+            ScoreItem(text="a", ok=True, evidence="e"),
+            ScoreItem(text="b", ok=False, evidence=None),
+        ]
+        pairs: list[tuple[BaseModel, BaseModel]] = [
+            *zip(items, validated_items, strict=True),
+            (
+                Score.judged("n", 0.5, 0.5, explanation="x", items=items, label="l"),
+                Score(
+                    name="n",
+                    value=0.5,
+                    status="pass",
+                    threshold=0.5,
+                    label="l",
+                    explanation="x",
+                    items=validated_items,
+                ),
+            ),
+            (
+                Score.skip("n", "r", "x", threshold=1.0),
+                Score(name="n", status="skipped", label="r", explanation="x", threshold=1.0),
+            ),
+            (
+                Score.fail_error("n", "r", "x", items=items),
+                Score(
+                    name="n",
+                    status="error",
+                    label="r",
+                    explanation="x",
+                    threshold=None,
+                    items=validated_items,
+                ),
+            ),
+        ]
+        _DIRECT = all(_same(built, validated) for built, validated in pairs)
+    except Exception:  # a pydantic whose models differ: validate everything
+        _DIRECT = False
+    return _DIRECT
+
+
+_self_check()

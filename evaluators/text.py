@@ -61,7 +61,7 @@ from functools import lru_cache
 from semconv.models import Document, RagTrace
 
 from . import textutil as tu
-from .scores import Score, ScoreItem
+from .scores import Score, score_item, score_items
 
 Evaluator = Callable[[RagTrace], Score]
 
@@ -103,6 +103,7 @@ _REFUSAL_HINTS = (
     "specified",
     "found",
 )
+_REFUSAL_HINT = re.compile("|".join(re.escape(hint) for hint in _REFUSAL_HINTS))  # any of them
 _PLEASANTRY = re.compile(
     r"^\W*(?:hope\s+(?:this|that)\s+helps|let\s+me\s+know|feel\s+free|is\s+there\s+anything\s+else|"
     r"happy\s+to\s+help|thanks?\b|thank\s+you|you're\s+welcome|glad\s+to\s+help)",
@@ -130,6 +131,11 @@ def _blank(text: str | None) -> bool:
 
 
 def strip_citations(text: str) -> str:
+    return _stripped(text)
+
+
+@lru_cache(maxsize=8192)
+def _stripped(text: str) -> str:  # an answer is stripped by several evaluators in turn
     return _CITATION_WITH_SPACE.sub("", text)
 
 
@@ -161,9 +167,38 @@ def _doc(label: str, text: str) -> _Doc:
     return _Doc(label, text, tu.content_words(text), tu.numbers(text))
 
 
+_ContextKey = tuple[tuple[str | None, int, str | None], ...]
+
+
+class _ContextMemo:
+    """The last trace's `_context`, keyed by its context documents' ids, ranks and texts (all it
+    depends on): five evaluators read one trace's context in turn. Swapped whole, so thread-safe."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: tuple[_ContextKey, _Context | None] | None = None
+
+    def cache_clear(self) -> None:
+        self.last = None
+
+
+_context_memo = _ContextMemo()
+
+
 def _context(trace: RagTrace) -> _Context | None:
     """The trace's context documents with their words; None when documents exist but none has text."""
     documents = trace.contexts
+    key = tuple([(doc.id, doc.rank, doc.content) for doc in documents])
+    last = _context_memo.last
+    if last is not None and last[0] == key:
+        return last[1]
+    context = _read_context(documents)
+    _context_memo.last = (key, context)
+    return context
+
+
+def _read_context(documents: list[Document]) -> _Context | None:
     docs: list[_Doc] = []
     missing = 0
     for position, doc in enumerate(documents, start=1):
@@ -191,8 +226,7 @@ def is_checkable(sentence: str) -> bool:
     text = sentence.strip()
     if not text or text.endswith("?"):
         return False
-    low = text.lower()
-    if any(hint in low for hint in _REFUSAL_HINTS) and _REFUSAL.search(text):
+    if _REFUSAL_HINT.search(text.lower()) and _REFUSAL.search(text):
         return False
     if _PLEASANTRY.search(text):
         return False
@@ -227,13 +261,19 @@ def cover(sentence: str, docs: Sequence[_Doc], threshold: float) -> Coverage:
     wanted_set = tu.content_words(sentence)
     size = len(wanted_set)
     nums = tu.number_list(sentence)
+    n_nums = len(nums)
     bar = threshold - 1e-9
     best: tuple[tuple[bool, int, float, int], _Doc] | None = None
     for position, doc in enumerate(docs):
         shared = len(wanted_set & doc.words)
         ratio = shared / size if size else 1.0
-        found_numbers = sum(1 for n in nums if n in doc.numbers) if nums else 0
-        covered = found_numbers == len(nums) and ratio >= bar
+        found_numbers = 0
+        if n_nums:
+            doc_numbers = doc.numbers
+            for number in nums:
+                if number in doc_numbers:
+                    found_numbers += 1
+        covered = found_numbers == n_nums and ratio >= bar
         rank_key = (covered, found_numbers + shared, ratio, -position)
         if best is None or rank_key > best[0]:
             best = (rank_key, doc)
@@ -268,10 +308,7 @@ def _sentence_share(
 ) -> Score:
     results = [cover(s, context.docs, coverage_threshold) for s in sentences_]
     covered = sum(1 for r in results if r.covered)
-    items = [
-        ScoreItem(text=r.sentence, ok=r.covered, evidence=_coverage_evidence(r, coverage_threshold))
-        for r in results
-    ]
+    items = score_items((r.sentence, r.covered, _coverage_evidence(r, coverage_threshold)) for r in results)
     if not context.docs:
         explanation = f"no documents retrieved; none of the {len(results)} {what} can be covered"
     else:
@@ -410,19 +447,19 @@ def make_context_entity_recall(
             return _no_text(name, threshold)
         indexes = [(doc.label, tu.entity_index(doc.text)) for doc in context.docs]
         items = []
-        found = 0
+        missing = []
         for entity in wanted:
             where = next((label for label, index in indexes if tu.entity_in(entity, index)), None)
-            if where is not None:
-                found += 1
+            if where is None:
+                missing.append(entity.text)
             evidence = f"in document {where}" if where is not None else "not in any retrieved document"
             items.append(
-                ScoreItem(text=f"{entity.text} ({entity.kind})", ok=where is not None, evidence=evidence)
+                score_item(text=f"{entity.text} ({entity.kind})", ok=where is not None, evidence=evidence)
             )
+        found = len(wanted) - len(missing)
         if not context.docs:
             explanation = f"no documents retrieved; none of the {len(wanted)} {source} entities found"
         else:
-            missing = [e.text for e in wanted if not any(tu.entity_in(e, index) for _, index in indexes)]
             explanation = f"{found} of {len(wanted)} {source} entities found in the retrieved documents"
             if missing:
                 explanation += "; missing: " + ", ".join(missing)
@@ -479,11 +516,11 @@ def make_citation(min: float | None = None, *, ranks: bool = False) -> Evaluator
                 evidence = f"retrieved document at rank {rank}" + (f" ({doc_id})" if doc_id else "")
             if rank is not None:
                 valid += 1
-                items.append(ScoreItem(text=f"[{marker}]", ok=True, evidence=evidence))
+                items.append(score_item(text=f"[{marker}]", ok=True, evidence=evidence))
             else:
                 known = ", ".join(position) if position else "none of the retrieved documents has an id"
                 items.append(
-                    ScoreItem(
+                    score_item(
                         text=f"[{marker}]",
                         ok=False,
                         evidence=f"not a retrieved document id (retrieved: {known})",
@@ -536,6 +573,7 @@ def make_context_precision(min: float | None = None, *, useful: float = 0.3) -> 
     threshold = _threshold(name, min, name)
     assert threshold is not None
     _check_fraction(name, "useful", useful)
+    below = f"(below {useful:.0%})"
 
     def evaluate(trace: RagTrace) -> Score:
         if _blank(trace.question):
@@ -555,15 +593,15 @@ def make_context_precision(min: float | None = None, *, useful: float = 0.3) -> 
         wanted = tu.content_words(f"{trace.question}\n{trace.expected_answer}")
         shares = [overlap(wanted, doc.words) for doc in context.docs]
         verdicts = [share >= useful - 1e-9 for share in shares]
-        items = [
-            ScoreItem(
-                text=doc.label,
-                ok=ok,
-                evidence=f"rank {rank}: {share:.0%} of question + expected-answer words "
-                + ("(useful)" if ok else f"(below {useful:.0%})"),
+        items = score_items(
+            (
+                doc.label,
+                ok,
+                f"rank {rank}: {share:.0%} of question + expected-answer words "
+                + ("(useful)" if ok else below),
             )
             for rank, (doc, share, ok) in enumerate(zip(context.docs, shares, verdicts, strict=True), start=1)
-        ]
+        )
         ranks = [str(rank) for rank, ok in enumerate(verdicts, start=1) if ok]
         explanation = (
             f"{len(ranks)} of {len(verdicts)} documents useful"
@@ -618,16 +656,16 @@ def make_context_relevance(min: float | None = None, *, relevant: float = 0.5) -
         bar = threshold if threshold is not None else 1.0 / len(docs)
         shares = [overlap(wanted, doc.words) for doc in docs]
         oks = [share >= relevant - 1e-9 for share in shares]
-        items = [
-            ScoreItem(
-                text=doc.label,
-                ok=ok,
-                evidence=f"rank {rank}: {share:.0%} of the question's words ("
+        items = score_items(
+            (
+                doc.label,
+                ok,
+                f"rank {rank}: {share:.0%} of the question's words ("
                 + ", ".join(sorted(wanted & doc.words) or ["none"])
                 + ")",
             )
             for rank, (doc, share, ok) in enumerate(zip(docs, shares, oks, strict=True), start=1)
-        ]
+        )
         count = sum(oks)
         rule = "at least one relevant" if threshold is None else f"share >= {threshold:g}"
         explanation = (
@@ -661,7 +699,9 @@ def token_f1(prediction: str, reference: str) -> float:
     ref, n_ref = _token_counts(reference)
     if not n_pred or not n_ref:
         return float(n_pred == n_ref)
-    common = sum((pred & ref).values())
+    if len(ref) < len(pred):
+        pred, ref = ref, pred  # the multiset intersection is symmetric; walk the smaller one
+    common = sum(min(count, ref[token]) for token, count in pred.items() if token in ref)
     if common == 0:
         return 0.0
     p = common / n_pred
@@ -699,7 +739,7 @@ def make_answer_correctness(min: float | None = None, *, coverage: float = DEFAU
                 if result.covered
                 else "missing from the answer: " + ", ".join(result.missing_numbers + result.missing_words)
             )
-            items.append(ScoreItem(text=f"expected: {sentence}", ok=result.covered, evidence=evidence))
+            items.append(score_item(text=f"expected: {sentence}", ok=result.covered, evidence=evidence))
         extra = 0
         for sentence in claims(answer):
             result = cover(sentence, ref_doc, coverage)
@@ -708,7 +748,7 @@ def make_answer_correctness(min: float | None = None, *, coverage: float = DEFAU
                 evidence = "not in the expected answer: " + ", ".join(
                     result.missing_numbers + result.missing_words
                 )
-                items.append(ScoreItem(text=f"answer: {sentence}", ok=False, evidence=evidence))
+                items.append(score_item(text=f"answer: {sentence}", ok=False, evidence=evidence))
         value = token_f1(answer, expected)
         missing = sum(1 for item in items if not item.ok) - extra
         explanation = f"token F1 {value:.2f} between answer and expected answer (lexical)"
@@ -757,15 +797,11 @@ def make_answer_relevance(min: float | None = None) -> Evaluator:
                 explanation="the answer is a refusal or states nothing checkable",
             )
         answer_words = _doc("answer", strip_citations(trace.answer)).words
-        items = [
-            ScoreItem(
-                text=w,
-                ok=w in answer_words,
-                evidence="in the answer" if w in answer_words else "not in the answer",
-            )
-            for w in wanted
-        ]
-        found = sum(1 for item in items if item.ok)
+        oks = [w in answer_words for w in wanted]
+        items = score_items(
+            (w, ok, "in the answer" if ok else "not in the answer") for w, ok in zip(wanted, oks, strict=True)
+        )
+        found = sum(oks)
         explanation = f"{found} of {len(wanted)} question words repeated in the answer (rough lexical proxy)"
         return Score.judged(name, found / len(wanted), threshold, explanation=explanation, items=items)
 
