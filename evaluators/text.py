@@ -212,7 +212,8 @@ def _read_context(documents: list[Document]) -> _Context | None:
     return _Context(docs, missing)
 
 
-def _no_text(name: str, threshold: float | None) -> Score:
+def no_document_text(name: str, threshold: float | None) -> Score:
+    """`skipped` `no_document_text`: documents were retrieved, but none has its text recorded."""
     return Score.skip(
         name,
         "no_document_text",
@@ -357,7 +358,7 @@ def make_faithfulness(
             )
         context = _context(trace)
         if context is None:
-            return _no_text(name, threshold)
+            return no_document_text(name, threshold)
         return _sentence_share(name, sentences_, context, coverage, threshold, "answer sentences")
 
     return evaluate
@@ -391,7 +392,7 @@ def make_context_recall(min: float | None = None, *, coverage: float = DEFAULT_C
             )
         context = _context(trace)
         if context is None:
-            return _no_text(name, threshold)
+            return no_document_text(name, threshold)
         return _sentence_share(name, sentences_, context, coverage, threshold, "expected-answer sentences")
 
     return evaluate
@@ -444,7 +445,7 @@ def make_context_entity_recall(
                 )
         context = _context(trace)
         if context is None:
-            return _no_text(name, threshold)
+            return no_document_text(name, threshold)
         indexes = [(doc.label, tu.entity_index(doc.text)) for doc in context.docs]
         items = []
         missing = []
@@ -587,7 +588,7 @@ def make_context_precision(min: float | None = None, *, useful: float = 0.3) -> 
             )
         context = _context(trace)
         if context is None:
-            return _no_text(name, threshold)
+            return no_document_text(name, threshold)
         if not context.docs:
             return Score.judged(name, 0.0, threshold, explanation="no documents retrieved")
         wanted = tu.content_words(f"{trace.question}\n{trace.expected_answer}")
@@ -647,7 +648,7 @@ def make_context_relevance(min: float | None = None, *, relevant: float = 0.5) -
             )
         context = _context(trace)
         if context is None:
-            return _no_text(name, threshold)
+            return no_document_text(name, threshold)
         docs = context.docs
         if not docs:
             return Score.judged(

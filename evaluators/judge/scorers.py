@@ -51,7 +51,7 @@ from pydantic import BaseModel
 from semconv.models import Document, RagTrace
 
 from ..scores import Score, ScoreItem
-from ..text import DEFAULT_MIN, FAITHFULNESS_ALIASES, claims, rank_aware_precision
+from ..text import DEFAULT_MIN, FAITHFULNESS_ALIASES, claims, no_document_text, rank_aware_precision
 from .client import JudgeClient, JudgeResult
 from .fence import FencedInputs, fence_inputs, neutralize
 from .prompts import (
@@ -117,6 +117,7 @@ def _error(
 
 
 _Verdict = TypeVar("_Verdict", bound=BaseModel)
+_PerDocument = TypeVar("_PerDocument", ContextRelevanceVerdict, ContextPrecisionVerdict)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,25 @@ class _Asker:
         if result.parsed is None:
             return _error(self.name, self.client, result, version, self.threshold)
         return result.parsed, self.client.score_fields(result, version)
+
+    def per_document(
+        self,
+        messages: list[dict[str, str]],
+        schema: type[_PerDocument],
+        version: str,
+        fenced: FencedInputs,
+        count: int,
+    ) -> tuple[list[Any], dict[str, Any]] | Score:
+        """One call for a verdict per document: (the verdicts in rank order, the judge fields), or
+        the `error` score (a judge fault, or `bad_verdict` when the ranks do not cover 1..count)."""
+        asked = self.ask(messages, schema, version, fenced)
+        if isinstance(asked, Score):
+            return asked
+        parsed, fields = asked
+        ordered = in_rank_order(parsed.documents, count)
+        if isinstance(ordered, str):
+            return self.bad_verdict(ordered, fields)
+        return ordered, fields
 
     def bad_verdict(self, reason: str, fields: dict[str, Any]) -> Score:
         """A verdict that passed the schema but not our checks: an `error`, never a pass."""
@@ -156,15 +176,6 @@ def _quotes(quote: str, text: str) -> bool:
     return wanted in _squash(text) or wanted in _squash(neutralize(text))
 
 
-def _no_text(name: str, threshold: float | None) -> Score:
-    return Score.skip(
-        name,
-        "no_document_text",
-        "the retrieved documents have no recorded text, so nothing can be checked against them",
-        threshold=threshold,
-    )
-
-
 def _context_gate(name: str, documents: Sequence[Document], threshold: float, nothing: str) -> Score | None:
     """The score when the documents cannot be judged (no call made), else None: no documents ->
     0 `fail` (`nothing` says what an empty context means), none with text -> `skipped`."""
@@ -172,7 +183,7 @@ def _context_gate(name: str, documents: Sequence[Document], threshold: float, no
         explanation = f"no documents retrieved: {nothing} (no judge call)"
         return Score.judged(name, 0.0, threshold, explanation=explanation)
     if all(doc.content is None for doc in documents):
-        return _no_text(name, threshold)
+        return no_document_text(name, threshold)
     return None
 
 
@@ -422,20 +433,18 @@ def make_judge_context_relevance(
                 explanation="no documents retrieved: nothing relevant (no judge call)",
             )
         if all(doc.content is None for doc in documents):
-            return _no_text(name, threshold)
+            return no_document_text(name, threshold)
         fenced = fence_inputs(documents=_documents(trace), question=question)
-        asked = judge.ask(
+        asked = judge.per_document(
             context_relevance_messages(fenced, len(documents)),
             ContextRelevanceVerdict,
             CONTEXT_RELEVANCE_VERSION,
             fenced,
+            len(documents),
         )
         if isinstance(asked, Score):
             return asked
-        parsed, fields = asked
-        ordered = in_rank_order(parsed.documents, len(documents))
-        if isinstance(ordered, str):
-            return judge.bad_verdict(ordered, fields)
+        ordered, fields = asked
         labels = [v.relevant for v in ordered]
         items = [
             ScoreItem(text=_label(doc, rank), ok=v.relevant, evidence=v.reason or None)
@@ -542,18 +551,16 @@ def make_judge_context_precision(client: JudgeClient, min: float | None = None) 
         if gate is not None:
             return gate
         fenced = fence_inputs(documents=_documents(trace), question=trace.question, reference=reference)
-        asked = judge.ask(
+        asked = judge.per_document(
             context_precision_messages(fenced, len(documents)),
             ContextPrecisionVerdict,
             CONTEXT_PRECISION_VERSION,
             fenced,
+            len(documents),
         )
         if isinstance(asked, Score):
             return asked
-        parsed, fields = asked
-        ordered = in_rank_order(parsed.documents, len(documents))
-        if isinstance(ordered, str):
-            return judge.bad_verdict(ordered, fields)
+        ordered, fields = asked
         labels = [v.useful for v in ordered]
         items = [
             ScoreItem(text=_label(doc, rank), ok=v.useful, evidence=f"rank {rank}: {v.reason or '-'}")
