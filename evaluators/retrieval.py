@@ -62,7 +62,7 @@ from typing import Literal
 
 from semconv.models import RagTrace
 
-from .scores import Score, score_items
+from .scores import Score, ScoreItem, score_items
 
 Metric = Literal["hit", "recall", "precision", "mrr", "ndcg", "map"]
 METRICS: tuple[Metric, ...] = ("hit", "recall", "precision", "mrr", "ndcg", "map")
@@ -334,7 +334,7 @@ class _Window:
 
     window: list[str]  # the top k of the ranking
     found: list[tuple[int, str]]  # (rank, id) of the expected ids in the window
-    items: tuple[tuple[str, bool, str], ...]  # (text, ok, evidence), failing first
+    items: list[ScoreItem]  # failing first; frozen, so every score at this cutoff shares them
     extra: list[str]  # ids in the window that were not expected
     scope: str
     at_ranks: str
@@ -399,7 +399,7 @@ def _make_window(read: _Retrieved, expected: list[str], k: int | None) -> _Windo
     return _Window(
         window=window,
         found=found,
-        items=(*failing, *passing),
+        items=score_items([*failing, *passing]),
         extra=extra,
         scope=scope,
         at_ranks=", ".join(str(rank) for rank, _ in found),
@@ -476,9 +476,8 @@ class RetrievalEvaluator:
             value = _ndcg_of(reading.dcg_parts(read, k))
         else:
             value = _KERNELS[self.metric](window.window, reading.expected, k)
-        items = score_items(window.items)
         explanation = self._explain(reading, read, window)
-        return Score.judged(self.name, value, self.threshold, explanation=explanation, items=items)
+        return Score.judged(self.name, value, self.threshold, explanation=explanation, items=window.items)
 
     def _explain(self, reading: _Reading, read: _Retrieved, w: _Window) -> str:
         k = self.k

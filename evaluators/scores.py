@@ -45,9 +45,11 @@ THRESHOLD_TOLERANCE = 1e-9
 
 
 class ScoreItem(BaseModel):
-    """One piece of evidence behind a score: a document, a claim, an expected fact, a citation."""
+    """One piece of evidence behind a score: a document, a claim, an expected fact, a citation.
 
-    model_config = ConfigDict(extra="forbid")
+    Frozen: scores of one trace may share items (the six retrieval metrics at one cutoff do)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     text: str
     ok: bool

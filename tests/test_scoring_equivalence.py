@@ -842,8 +842,9 @@ def test_a_score_subclass_is_validated() -> None:
     assert type(score) is Sub and score.status == "pass"
 
 
-def test_items_are_not_shared_between_scores() -> None:
-    """Every evaluator returns records of its own: changing one never changes another."""
+def test_shared_items_cannot_change_another_score() -> None:
+    """Scores at one cutoff share their (frozen) items; changing one score never changes another:
+    the lists are their own, and an item cannot be changed in place."""
     trace = RagTrace(
         trace_id="t",
         steps=[Step(span_id="s", kind="retrieval", name="s", documents=[Document(rank=1, id="a")])],
@@ -852,8 +853,12 @@ def test_items_are_not_shared_between_scores() -> None:
     first = make_retrieval_evaluator("retrieval.recall@5")(trace)
     second = make_retrieval_evaluator("retrieval.hit@5")(trace)
     assert first.items == second.items
-    assert all(a is not b for a, b in zip(first.items, second.items, strict=True))
     assert first.items is not second.items
+    first.items.clear()
+    assert len(second.items) == 2
+    with pytest.raises(ValidationError):
+        second.items[0].evidence = "changed"  # type: ignore[misc]
+    assert make_retrieval_evaluator("retrieval.hit@5")(trace) == second
 
 
 if __name__ == "__main__":
