@@ -195,66 +195,80 @@ class AnswerCorrectnessVerdict(AnswerPrecisionVerdict):
     reference_statements: list[ReferenceStatement]
 
 
-def _system(prompt: str, fenced: FencedInputs) -> str:
-    return f"{prompt}\n\n{fenced.fence.rules()}"
+Section = tuple[str, str]  # (label, fenced text) of one part of the user message
+
+
+def _messages(prompt: str, fenced: FencedInputs, *sections: Section) -> list[dict[str, str]]:
+    """The system message (instructions + fence rules) and a user message of labelled sections."""
+    user = "\n\n".join(f"{label}:\n{text}" for label, text in sections)
+    return [
+        {"role": "system", "content": f"{prompt}\n\n{fenced.fence.rules()}"},
+        {"role": "user", "content": user},
+    ]
+
+
+def _context_question(fenced: FencedInputs) -> tuple[Section, ...]:
+    """The question, when there is one, shown as context for judging something else."""
+    if "question" not in fenced.blocks:
+        return ()
+    return (("QUESTION (context only, do not judge it)", fenced.blocks["question"]),)
+
+
+def _documents(fenced: FencedInputs, count: int | None = None) -> Section:
+    label = "DOCUMENTS" if count is None else f"DOCUMENTS ({count}, give {count} verdicts)"
+    return (label, fenced.documents_text())
 
 
 def faithfulness_messages(fenced: FencedInputs) -> list[dict[str, str]]:
-    user = f"DOCUMENTS:\n{fenced.documents_text()}\n\nANSWER:\n{fenced.blocks['answer']}"
-    if "question" in fenced.blocks:
-        user = f"QUESTION (context only, do not judge it):\n{fenced.blocks['question']}\n\n{user}"
-    return [
-        {"role": "system", "content": _system(FAITHFULNESS_PROMPT, fenced)},
-        {"role": "user", "content": user},
-    ]
+    return _messages(
+        FAITHFULNESS_PROMPT,
+        fenced,
+        *_context_question(fenced),
+        _documents(fenced),
+        ("ANSWER", fenced.blocks["answer"]),
+    )
 
 
 def context_relevance_messages(fenced: FencedInputs, count: int) -> list[dict[str, str]]:
-    user = (
-        f"QUESTION:\n{fenced.blocks['question']}\n\n"
-        f"DOCUMENTS ({count}, give {count} verdicts):\n{fenced.documents_text()}"
+    return _messages(
+        CONTEXT_RELEVANCE_PROMPT, fenced, ("QUESTION", fenced.blocks["question"]), _documents(fenced, count)
     )
-    return [
-        {"role": "system", "content": _system(CONTEXT_RELEVANCE_PROMPT, fenced)},
-        {"role": "user", "content": user},
-    ]
 
 
 def context_recall_messages(fenced: FencedInputs) -> list[dict[str, str]]:
-    user = f"DOCUMENTS:\n{fenced.documents_text()}\n\nREFERENCE:\n{fenced.blocks['reference']}"
-    if "question" in fenced.blocks:
-        user = f"QUESTION (context only, do not judge it):\n{fenced.blocks['question']}\n\n{user}"
-    return [
-        {"role": "system", "content": _system(CONTEXT_RECALL_PROMPT, fenced)},
-        {"role": "user", "content": user},
-    ]
+    return _messages(
+        CONTEXT_RECALL_PROMPT,
+        fenced,
+        *_context_question(fenced),
+        _documents(fenced),
+        ("REFERENCE", fenced.blocks["reference"]),
+    )
 
 
 def context_precision_messages(fenced: FencedInputs, count: int) -> list[dict[str, str]]:
-    user = (
-        f"QUESTION:\n{fenced.blocks['question']}\n\nREFERENCE:\n{fenced.blocks['reference']}\n\n"
-        f"DOCUMENTS ({count}, give {count} verdicts):\n{fenced.documents_text()}"
+    return _messages(
+        CONTEXT_PRECISION_PROMPT,
+        fenced,
+        ("QUESTION", fenced.blocks["question"]),
+        ("REFERENCE", fenced.blocks["reference"]),
+        _documents(fenced, count),
     )
-    return [
-        {"role": "system", "content": _system(CONTEXT_PRECISION_PROMPT, fenced)},
-        {"role": "user", "content": user},
-    ]
 
 
 def answer_relevance_messages(fenced: FencedInputs) -> list[dict[str, str]]:
-    user = f"QUESTION:\n{fenced.blocks['question']}\n\nANSWER:\n{fenced.blocks['answer']}"
-    return [
-        {"role": "system", "content": _system(ANSWER_RELEVANCE_PROMPT, fenced)},
-        {"role": "user", "content": user},
-    ]
+    return _messages(
+        ANSWER_RELEVANCE_PROMPT,
+        fenced,
+        ("QUESTION", fenced.blocks["question"]),
+        ("ANSWER", fenced.blocks["answer"]),
+    )
 
 
 def answer_correctness_messages(fenced: FencedInputs, *, precision_only: bool) -> list[dict[str, str]]:
-    prompt = ANSWER_PRECISION_PROMPT if precision_only else ANSWER_CORRECTNESS_PROMPT
-    user = f"ANSWER:\n{fenced.blocks['answer']}\n\nREFERENCE:\n{fenced.blocks['reference']}"
-    if "question" in fenced.blocks:
-        user = f"QUESTION (context only, do not judge it):\n{fenced.blocks['question']}\n\n{user}"
-    return [
-        {"role": "system", "content": _system(prompt, fenced)},
-        {"role": "user", "content": user},
-    ]
+    return _messages(
+        ANSWER_PRECISION_PROMPT if precision_only else ANSWER_CORRECTNESS_PROMPT,
+        fenced,
+        *_context_question(fenced),
+        ("ANSWER", fenced.blocks["answer"]),
+        ("REFERENCE", fenced.blocks["reference"]),
+    )

@@ -176,12 +176,15 @@ def _quotes(quote: str, text: str) -> bool:
     return wanted in _squash(text) or wanted in _squash(neutralize(text))
 
 
-def _context_gate(name: str, documents: Sequence[Document], threshold: float, nothing: str) -> Score | None:
+def _context_gate(
+    name: str, documents: Sequence[Document], threshold: float | None, nothing: str
+) -> Score | None:
     """The score when the documents cannot be judged (no call made), else None: no documents ->
     0 `fail` (`nothing` says what an empty context means), none with text -> `skipped`."""
     if not documents:
         explanation = f"no documents retrieved: {nothing} (no judge call)"
-        return Score.judged(name, 0.0, threshold, explanation=explanation)
+        # No pass line ("at least one relevant"): 0 of nothing fails against 1.
+        return Score.judged(name, 0.0, 1.0 if threshold is None else threshold, explanation=explanation)
     if all(doc.content is None for doc in documents):
         return no_document_text(name, threshold)
     return None
@@ -425,15 +428,9 @@ def make_judge_context_relevance(
         if question is None or not question.strip():
             return Score.skip(name, "no_question", "the trace has no question", threshold=threshold)
         documents = trace.contexts
-        if not documents:
-            return Score.judged(
-                name,
-                0.0,
-                threshold if threshold is not None else 1.0,
-                explanation="no documents retrieved: nothing relevant (no judge call)",
-            )
-        if all(doc.content is None for doc in documents):
-            return no_document_text(name, threshold)
+        gate = _context_gate(name, documents, threshold, "nothing relevant")
+        if gate is not None:
+            return gate
         fenced = fence_inputs(documents=_documents(trace), question=question)
         asked = judge.per_document(
             context_relevance_messages(fenced, len(documents)),
