@@ -283,6 +283,8 @@ _QUANTITY = re.compile(
 _CAPITALISED = re.compile(r"[A-Z][A-Za-z0-9&'\u2019.-]*[A-Za-z0-9]|[A-Z]")
 _NAME_JOINERS = frozenset({"of", "&", "de", "la", "van", "von", "der", "du"})
 _NOT_NAMES = frozenset({"I", "I'm", "I've", "I'll", "I'd", "OK"})
+_TOKEN = re.compile(r"\S+")
+_DIGIT = re.compile(r"[0-9]")  # every numeric pattern needs one: a text without is skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +312,8 @@ def _numeric_entities(text: str) -> tuple[list[tuple[int, int, Entity]], list[tu
     """(entities with spans, spans taken) for dates, money, percentages, quantities, bare numbers."""
     found: list[tuple[int, int, Entity]] = []
     taken: list[tuple[int, int]] = []
+    if _DIGIT.search(text) is None:
+        return found, taken
 
     def free(start: int, end: int) -> bool:
         return all(end <= s or start >= e for s, e in taken)
@@ -370,7 +374,7 @@ def _name_entities(text: str, taken: list[tuple[int, int]]) -> list[tuple[int, i
         if base < 0:
             base = offset
         offset = base + len(sentence)
-        tokens = [(m.start() + base, m.end() + base, m.group(0)) for m in re.finditer(r"\S+", sentence)]
+        tokens = [(m.start() + base, m.end() + base, m.group(0)) for m in _TOKEN.finditer(sentence)]
         i = 0
         while i < len(tokens):
             run: list[tuple[int, int, str]] = []
@@ -381,9 +385,17 @@ def _name_entities(text: str, taken: list[tuple[int, int]]) -> list[tuple[int, i
                 word = word[:-1] if word.endswith(".") and not word[:-1].count(".") else word
                 if not word:
                     break
-                capital = _CAPITALISED.fullmatch(word) is not None and word not in _NOT_NAMES
-                inside = any(not (end <= s or start >= e) for s, e in taken)
-                if capital and not inside and (word.lower() not in _MONTHS or j > i):
+                # Cheap tests first: most words are lower case, and few overlap a number or date.
+                capital = (
+                    "A" <= word[0] <= "Z"
+                    and word not in _NOT_NAMES
+                    and _CAPITALISED.fullmatch(word) is not None
+                )
+                if (
+                    capital
+                    and not any(not (end <= s or start >= e) for s, e in taken)
+                    and (word.lower() not in _MONTHS or j > i)
+                ):
                     run.append((start, end, word))
                     j += 1
                     abbreviation = word.lower() in _ABBREVIATIONS or len(word) == 1
