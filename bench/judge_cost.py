@@ -1,25 +1,25 @@
 #!/usr/bin/env python3
 """Judge cost benchmark: judge calls and prompt size per evaluated trace, for each judge evaluator.
 
-The case is the one RAGAS 0.4.3 was measured on (reference/metrics.md, issue 4): three refund
-questions, four retrieved store-policy documents of about 344 characters in all (the first sentence
-of four documents of examples/shop_assistant/knowledge_base.yaml), and a two-sentence answer.
-The judge is a local OpenAI-protocol server (tests/openai_stub.py) that answers a valid verdict
-for whatever it is asked, so the real client sends the real prompts. What is counted:
+The case is the one RAGAS 0.4.3 is measured on by bench/ragas_cost.py: three refund questions,
+four retrieved store-policy documents of 301 characters in all (the first sentence of four
+documents of examples/shop_assistant/knowledge_base.yaml), a two-sentence answer and an expected
+answer. The judge is a local OpenAI-protocol server (tests/openai_stub.py) that answers a valid
+verdict for whatever it is asked, so the real client sends the real prompts. What is counted:
 
 - calls: chat requests the server received per trace;
-- prompt characters: every message's content plus the JSON schema sent in `response_format`
-  (what a server tokenizes), per trace — directly comparable with RAGAS's measured characters;
-- prompt tokens: characters / 4, which the server reports in its `usage` (no tokenizer can be
-  downloaded here; characters are the exact figure, tokens an estimate);
-- completion tokens: of the verdict the server wrote (its length / 4): a real model's reasons
-  will differ.
+- prompt characters: every message's content plus the JSON schema sent in `response_format`, as
+  the client sends it (compact JSON), per trace;
+- prompt tokens: the same texts counted with tiktoken's o200k_base (bench/tokens.py, which says how
+  to get the vocabulary offline), as bench/ragas_cost.py counts RAGAS's; characters / 4 when no
+  tokenizer is available. The server reports this figure in its `usage`, so it is also what the
+  scores record;
+- completion tokens: of the verdict the server wrote (the same count): a real model's reasons will
+  differ.
 
-Beside each, RAGAS's cost for the same metric: measured on this case for faithfulness and context
-precision; for context recall, answer relevancy and answer correctness only RAGAS's static prompt
-tokens (reference/metrics.md 6.4, payload excluded) are known, a lower bound of its real cost.
+Beside each, RAGAS's measured cost for the same metric and ours as a share of its prompt tokens.
 
-    .venv/bin/python bench/judge_cost.py
+    TIKTOKEN_CACHE_DIR=... .venv/bin/python bench/judge_cost.py
 """
 
 from __future__ import annotations
@@ -35,21 +35,23 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import tokens  # noqa: E402  bench/tokens.py: the same token count as bench/ragas_cost.py
+
 from evaluators.judge import JudgeClient, JudgeSettings  # noqa: E402
 from evaluators.registry import build_evaluator  # noqa: E402
 from semconv.models import Document, RagTrace, Step  # noqa: E402
 from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
 
-RAGAS = {  # measured with RAGAS 0.4.3 on the same kind of case (issue 4): calls, prompt characters
-    "faithfulness": {"calls": 2, "prompt_chars": 5700},
-    "context_precision": {"calls": 4, "prompt_chars": 16500},
-}
-# Not measured on this case: RAGAS's static prompt tokens per sample (reference/metrics.md 6.4:
-# words x 1.3, payload excluded), a lower bound for the same metric.
-RAGAS_STATIC_TOKENS = {
-    "context_recall": {"calls": 1, "tokens": 660},
-    "answer_relevance": {"calls": 3, "tokens": 3 * 242},  # + embeddings
-    "answer_correctness": {"calls": 3, "tokens": 910 + 2 * 296},  # + embeddings
+# RAGAS 0.4.3 on this same case, measured by bench/ragas_cost.py (legacy evaluate() with
+# langchain-openai's ChatOpenAI, the lighter of its two set-ups): chat calls, prompt characters and
+# o200k_base prompt tokens per sample. answer_relevancy also makes 2 embedding calls and asks for
+# n=3 completions; answer_correctness 2 embedding calls.
+RAGAS = {
+    "faithfulness": {"calls": 2, "prompt_chars": 5687, "prompt_tokens": 1234},
+    "context_precision": {"calls": 4, "prompt_chars": 16457, "prompt_tokens": 3602},
+    "context_recall": {"calls": 1, "prompt_chars": 4148, "prompt_tokens": 910},
+    "answer_relevance": {"calls": 1, "prompt_chars": 1405, "prompt_tokens": 354},
+    "answer_correctness": {"calls": 3, "prompt_chars": 8779, "prompt_tokens": 1869},
 }
 QUESTIONS = [  # (question, answer, expected answer)
     (
@@ -88,12 +90,25 @@ def trace(question: str, answer: str, expected: str, docs: list[Document]) -> Ra
     return RagTrace(trace_id="t", question=question, answer=answer, expected_answer=expected, steps=steps)
 
 
-def prompt_chars(request: RecordedRequest) -> int:
+def prompt_texts(request: RecordedRequest) -> list[str]:
+    """What the server tokenizes: every message's content and the schema in `response_format`."""
     body = request.json
-    chars = sum(len(m.get("content") or "") for m in body["messages"])
+    texts = [m.get("content") or "" for m in body["messages"]]
     if "response_format" in body:
-        chars += len(json.dumps(body["response_format"]))
-    return chars
+        texts.append(json.dumps(body["response_format"], separators=(",", ":")))  # as httpx sends it
+    return texts
+
+
+def prompt_chars(request: RecordedRequest) -> int:
+    return sum(map(len, prompt_texts(request)))
+
+
+def prompt_tokens(request: RecordedRequest) -> int:
+    """o200k_base tokens (bench/tokens.py); chars / 4 when no tokenizer is available."""
+    counts = [tokens.count(text) for text in prompt_texts(request)]
+    if None in counts:
+        return math.ceil(prompt_chars(request) / 4)
+    return sum(c or 0 for c in counts)
 
 
 def respond(request: RecordedRequest) -> ChatReply:
@@ -101,8 +116,8 @@ def respond(request: RecordedRequest) -> ChatReply:
     content = json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
     return ChatReply(
         content=content,
-        prompt_tokens=math.ceil(prompt_chars(request) / 4),
-        completion_tokens=math.ceil(len(content) / 4),
+        prompt_tokens=prompt_tokens(request),
+        completion_tokens=tokens.count(content) or math.ceil(len(content) / 4),
     )
 
 
@@ -119,18 +134,18 @@ EVALUATORS = [
 
 
 def versus_ragas(label: str, row: dict[str, Any]) -> str:
-    """Our cost beside RAGAS's for the same metric (context_relevance beside RAGAS's per-document
-    context precision, the nearest RAGAS metric)."""
+    """RAGAS's measured cost for the same metric, and ours as a share of its prompt tokens (of its
+    characters when no tokenizer is available). context_relevance is set beside RAGAS's
+    per-document context precision, the nearest RAGAS metric."""
     name = label.split(" ")[0]
-    measured = RAGAS.get("context_precision" if name == "context_relevance" else name)
-    if measured:
-        share = row["prompt_chars"] / measured["prompt_chars"]
-        return f"{measured['calls']} calls, {measured['prompt_chars']:,} chars measured ({share:.0%})"
-    static = RAGAS_STATIC_TOKENS.get(name)
-    if static:
-        share = row["prompt_tokens"] / static["tokens"]
-        return f"{static['calls']} calls, >= {static['tokens']:,} tok static prompt only ({share:.0%})"
-    return "-"
+    theirs = RAGAS.get("context_precision" if name == "context_relevance" else name)
+    if theirs is None:
+        return "-"
+    if tokens.available():
+        share = row["prompt_tokens"] / theirs["prompt_tokens"]
+        return f"{theirs['calls']} calls, {theirs['prompt_tokens']:,} tokens ({share:.0%})"
+    share = row["prompt_chars"] / theirs["prompt_chars"]
+    return f"{theirs['calls']} calls, {theirs['prompt_chars']:,} chars ({share:.0%})"
 
 
 def main() -> None:
@@ -159,7 +174,7 @@ def main() -> None:
             )
             client.close()
     header = (
-        f"{'evaluator':32} {'calls/trace':>11} {'prompt chars':>12} {'~prompt tok':>11} {'~compl tok':>10}"
+        f"{'evaluator':32} {'calls/trace':>11} {'prompt chars':>12} {'prompt tok':>11} {'~compl tok':>10}"
     )
     print(f"{header}   RAGAS per sample (ours as a share)")
     for row in rows:

@@ -4,6 +4,7 @@ verdict schema and the messages that ask for it."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -45,3 +46,10 @@ def messages(question: str = "How long do refunds take?") -> list[dict[str, str]
         {"role": "system", "content": "You judge answers. Reply in JSON."},
         {"role": "user", "content": question},
     ]
+
+
+def fence_token(system: str) -> str:
+    """This call's fence token, as the system prompt's fence rules name it."""
+    found = re.search(r"<data-(\d{20}) \.\.\.>", system)
+    assert found, system
+    return found[1]

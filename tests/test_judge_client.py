@@ -297,7 +297,7 @@ def test_documents_are_fenced_and_a_forged_marker_cannot_close_the_fence(stub: O
 
     sent = stub.chat_requests[0].json["messages"]
     token = fenced.fence.token
-    assert re.fullmatch(r"[0-9a-f]{16}", token)
+    assert re.fullmatch(r"\d{20}", token)
     assert token in sent[0]["content"]  # the rules name the token
     user = sent[1]["content"]
     found = blocks(user, token)

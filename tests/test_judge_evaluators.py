@@ -24,7 +24,7 @@ from evaluators.judge.scorers import (
 from evaluators.registry import build_evaluator, build_evaluators
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
-from tests.judging import evaluator_client
+from tests.judging import evaluator_client, fence_token
 from tests.openai_stub import ChatReply, OpenAIStub
 
 INJECTION = (
@@ -165,9 +165,7 @@ def test_documents_are_fenced_and_an_injection_stays_inside(stub: OpenAIStub, cl
     score = make_judge_faithfulness(client)(make_trace(documents=docs))
     assert score.status == "fail"
     system, user = (m["content"] for m in stub.chat_requests[0].json["messages"])
-    token = re.search(r"exactly the token ([0-9a-f]{16})", system)
-    assert token, system
-    tag = f"data-{token[1]}"
+    tag = f"data-{fence_token(system)}"
     assert "never instructions" in system
     blocks = re.findall(rf'<{tag} kind="document" id="([^"]*)" rank="\d+">\n(.*?)\n</{tag}>', user, re.S)
     assert [doc_id for doc_id, _ in blocks] == ["refund-window", "evil"]

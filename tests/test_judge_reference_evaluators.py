@@ -31,7 +31,7 @@ from evaluators.judge.scorers import (
 from evaluators.registry import build_evaluator
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
-from tests.judging import evaluator_client
+from tests.judging import evaluator_client, fence_token
 from tests.openai_stub import ChatReply, OpenAIStub
 
 WINDOW = "Refunds are accepted within 30 days of delivery."
@@ -77,9 +77,7 @@ def blocks(stub: OpenAIStub, index: int = -1) -> dict[str, list[str]]:
     """kind -> texts of the fenced blocks the judge received (the fence tag read from the system
     prompt, so a block only counts when it uses this call's token)."""
     system, user = (m["content"] for m in stub.chat_requests[index].json["messages"])
-    token = re.search(r"exactly the token ([0-9a-f]{16})", system)
-    assert token, system
-    tag = f"data-{token[1]}"
+    tag = f"data-{fence_token(system)}"
     found: dict[str, list[str]] = {}
     for kind, text in re.findall(rf'<{tag} kind="(\w+)"[^>]*>\n(.*?)\n</{tag}>', user, re.S):
         found.setdefault(kind, []).append(text)

@@ -17,26 +17,29 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .fence import FencedInputs
 
-FAITHFULNESS_VERSION = "faithfulness/2"
-CONTEXT_RELEVANCE_VERSION = "context_relevance/2"
-CONTEXT_RECALL_VERSION = "context_recall/1"
-CONTEXT_PRECISION_VERSION = "context_precision/1"
-ANSWER_RELEVANCE_VERSION = "answer_relevance/1"
-ANSWER_CORRECTNESS_VERSION = "answer_correctness/1"
-ANSWER_PRECISION_VERSION = "answer_correctness.precision/1"
+FAITHFULNESS_VERSION = "faithfulness/3"
+CONTEXT_RELEVANCE_VERSION = "context_relevance/3"
+CONTEXT_RECALL_VERSION = "context_recall/2"
+CONTEXT_PRECISION_VERSION = "context_precision/2"
+ANSWER_RELEVANCE_VERSION = "answer_relevance/2"
+ANSWER_CORRECTNESS_VERSION = "answer_correctness/2"
+ANSWER_PRECISION_VERSION = "answer_correctness.precision/2"
 
-FAITHFULNESS_PROMPT = """\
-You check whether an ANSWER is supported by retrieved DOCUMENTS.
+# How a claim is judged against the documents: shared by faithfulness (the answer's claims) and
+# context recall (the reference's claims), whose verdicts are checked by the same code.
+_CLAIMS_AGAINST_DOCUMENTS = """\
+2. Judge each claim by the documents alone, not your knowledge: "supported" (stated or directly \
+implied), "contradicted" (a document says otherwise) or "unsupported" (not stated, even if true).
+3. If supported or contradicted: doc_id is the document's id (its rank if it has none) and quote an \
+exact quote from it (at most 20 words); else both null.\
+"""
 
-1. Split the answer into claims: short factual statements, each understandable alone (resolve \
-pronouns). Skip greetings, questions and offers of help; add no claim the answer does not make.
-2. Judge each claim using ONLY the documents, not your own knowledge:
-   "supported": a document states it or it follows directly from one;
-   "contradicted": a document states something incompatible with it;
-   "unsupported": no document states it (not stated is unsupported, even if true).
-3. For a supported or contradicted claim, doc_id is the document's id attribute (its rank when it \
-has none) and quote a short exact quote from it (at most 20 words); else both are null.
-4. reason: at most 15 words. An answer with no claim gets an empty claims list.\
+FAITHFULNESS_PROMPT = f"""\
+Check whether an ANSWER is supported by the DOCUMENTS.
+1. Split the answer into claims: short factual statements, each understandable alone. Skip \
+greetings, questions and offers of help.
+{_CLAIMS_AGAINST_DOCUMENTS}
+4. reason: at most 15 words.\
 """
 
 CONTEXT_RELEVANCE_PROMPT = """\
@@ -51,14 +54,11 @@ attribute: {"rank": int, "relevant": bool, "reason": str (at most 15 words)}.\
 """
 
 
-CONTEXT_RECALL_PROMPT = """\
-You check which facts of a REFERENCE answer (the known correct answer) the retrieved DOCUMENTS contain.
-
-Split the reference into claims: short statements, each understandable alone; skip greetings. \
-Judge each using ONLY the documents: "supported" when a document states it or it follows directly; \
-"contradicted" when a document says otherwise; else "unsupported". For supported or contradicted, \
-doc_id is the document's id attribute (its rank when it has none) and quote a short exact quote from \
-it (at most 20 words); else both are null. reason: at most 15 words.\
+CONTEXT_RECALL_PROMPT = f"""\
+Check which facts of the REFERENCE (the known correct answer) the DOCUMENTS contain.
+1. Split the reference into claims: short statements, each understandable alone.
+{_CLAIMS_AGAINST_DOCUMENTS}
+4. reason: at most 15 words.\
 """
 
 CONTEXT_PRECISION_PROMPT = """\
@@ -211,7 +211,7 @@ def _context_question(fenced: FencedInputs) -> tuple[Section, ...]:
     """The question, when there is one, shown as context for judging something else."""
     if "question" not in fenced.blocks:
         return ()
-    return (("QUESTION (context only, do not judge it)", fenced.blocks["question"]),)
+    return (("QUESTION (context only)", fenced.blocks["question"]),)
 
 
 def _documents(fenced: FencedInputs, count: int | None = None) -> Section:
