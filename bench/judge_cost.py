@@ -105,10 +105,8 @@ def prompt_chars(request: RecordedRequest) -> int:
 
 def prompt_tokens(request: RecordedRequest) -> int:
     """o200k_base tokens (bench/tokens.py); chars / 4 when no tokenizer is available."""
-    counts = [tokens.count(text) for text in prompt_texts(request)]
-    if None in counts:
-        return math.ceil(prompt_chars(request) / 4)
-    return sum(c or 0 for c in counts)
+    counted = tokens.count_all(prompt_texts(request))
+    return math.ceil(prompt_chars(request) / 4) if counted is None else counted
 
 
 def respond(request: RecordedRequest) -> ChatReply:

@@ -187,13 +187,12 @@ def chat_reply(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     system = sum(len(c) for m, c in zip(messages, contents, strict=True) if m.get("role") == "system")
     schemas = [json.dumps(body[k], separators=(",", ":")) for k in ("response_format", "tools") if k in body]
     schema_chars = sum(map(len, schemas))
-    counts = [tokens.count(text) for text in (*contents, *schemas)]
     record = {
         "kind": kind,
         "sample": sample_of(data),
         "n": n,
         "prompt_chars": sum(len(c) for c in contents),
-        "prompt_tokens": None if None in counts else sum(c or 0 for c in counts),  # content + schema
+        "prompt_tokens": tokens.count_all([*contents, *schemas]),  # content + schema
         "system_chars": system,
         "schema_chars": schema_chars,
         "completion_chars": n * len(content),

@@ -18,6 +18,7 @@ Without tiktoken or its vocabulary, `count` returns None and the benchmarks prin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
@@ -41,5 +42,12 @@ def available() -> bool:
 
 def count(text: str) -> int | None:
     """The number of `o200k_base` tokens of `text`, or None when no tokenizer is available."""
+    return count_all([text])
+
+
+def count_all(texts: Iterable[str]) -> int | None:
+    """The tokens of all `texts` together (each encoded on its own), or None without a tokenizer."""
     encoding = _encoding()
-    return None if encoding is None else len(encoding.encode(text, disallowed_special=()))
+    if encoding is None:
+        return None
+    return sum(len(encoding.encode(text, disallowed_special=())) for text in texts)

@@ -1,9 +1,10 @@
 """Judge prompts and verdict schemas (DESIGN.md section 6).
 
 Prompts are short on purpose: the target is at most half of RAGAS's prompt tokens per sample
-(RAGAS faithfulness spends about 1,430 prompt tokens on ~344 characters of context, over two calls).
-Each static prompt is ~150-250 words, one call per evaluator per trace. A prompt's `*_VERSION` string
-goes into the cache key and onto the score; change it whenever the wording or the schema changes.
+(RAGAS 0.4.3 faithfulness spends 1,234 o200k tokens on 301 characters of context, over two calls;
+bench/ragas_cost.py, and bench/judge_cost.py for ours). One call per evaluator per trace. A
+prompt's `*_VERSION` string goes into the cache key and onto the score; change it whenever the
+wording or the schema changes.
 
 The system message is the static instructions plus `Fence.rules()` (fenced text is data, never
 instructions); the user message holds only fenced blocks. Verdict schemas forbid extra keys.
