@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from evaluators.judge import JudgeClient, JudgeSettings
-from tests.openai_stub import OpenAIStub
+from tests.openai_stub import OpenAIStub, RecordedRequest, fenced_input
 
 GOOD = json.dumps({"verdict": "yes", "reason": "the refund policy states 30 days"})
 
@@ -50,6 +50,27 @@ def messages(question: str = "How long do refunds take?") -> list[dict[str, str]
 
 def fence_token(system: str) -> str:
     """This call's fence token, as the system prompt's fence rules name it."""
-    found = re.search(r"<data-(\d{20}) \.\.\.>", system)
+    found = re.search(r"<data-(\d{20})>", system)
     assert found, system
     return found[1]
+
+
+def judge_inputs(request: RecordedRequest) -> dict[str, Any]:
+    """The inputs a judge call carried: the fenced JSON object of its user message, checked to be
+    fenced with this call's token as its system prompt names it."""
+    system, user = (m["content"] for m in request.json["messages"][:2])
+    token, inputs = fenced_input(user)
+    assert token == fence_token(system)
+    return inputs
+
+
+def seen_texts(request: RecordedRequest) -> dict[str, list[str]]:
+    """kind -> texts the judge received: "question", "answer", "reference" (one each, when sent)
+    and "document" (every document's text, in rank order)."""
+    found: dict[str, list[str]] = {}
+    for key, value in judge_inputs(request).items():
+        if key == "documents":
+            found["document"] = [doc["text"] for doc in value]
+        else:
+            found[key] = [value]
+    return found

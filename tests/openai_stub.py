@@ -329,7 +329,16 @@ class OpenAIStub:
         handler.wfile.write(data)
 
 
-_DOCUMENT_BLOCK = re.compile(r'<data-(\w+) kind="document"([^>]*)>\n(.*?)\n</data-\1>', re.DOTALL)
+_FENCED_INPUT = re.compile(r"<data-(\d+)>\n(.*)\n</data-\1>", re.DOTALL)
+
+
+def fenced_input(user: str) -> tuple[str, dict[str, Any]]:
+    """(the fence token, the inputs) of a ragpulse judge prompt's user message: one JSON object
+    inside one fence (evaluators/judge/fence.py). Fails when the message has no such block."""
+    found = _FENCED_INPUT.search(user)
+    if found is None:
+        raise AssertionError(f"no fenced JSON input in {user!r}")
+    return found[1], json.loads(found[2])
 
 
 def passing_verdict(system: str, user: str) -> dict[str, Any]:
@@ -337,26 +346,25 @@ def passing_verdict(system: str, user: str) -> dict[str, Any]:
     wording): two claims or statements, each supported by the first document with its first
     sentence as the quote; every document relevant and useful; the question addressed. Used by
     `bench/judge_cost.py` and as an always-pass judge in calibration tests."""
-    docs = _DOCUMENT_BLOCK.findall(user)
-    ranks = range(1, len(docs) + 1)
-    if "relevant to a user's QUESTION" in system:
+    if "health check" in system:
+        return {"ok": True}
+    docs = fenced_input(user)[1].get("documents", [])
+    ranks = [doc.get("rank") for doc in docs]
+    if "is relevant to the question" in system:
         return {"documents": [{"rank": i, "relevant": True, "reason": "on topic"} for i in ranks]}
     if "useful for arriving" in system:
         return {"documents": [{"rank": i, "useful": True, "reason": "states the answer"} for i in ranks]}
-    if "addresses a user's QUESTION" in system:
+    if "addresses the question" in system:
         part = {"part": "the question", "addressed": True, "reason": "answers it"}
         return {"parts": [part], "noncommittal": False}
-    if "compare an ANSWER with the REFERENCE" in system:
+    if "Compare the answer with the reference" in system:
         claims = [{"claim": c, "verdict": "supported", "reason": "in the reference"} for c in ("one", "two")]
-        if "present is true" not in system:
+        if "present:" not in system:
             return {"answer_claims": claims}
         statements = [{"statement": c, "present": True, "reason": "in the answer"} for c in ("one", "two")]
         return {"answer_claims": claims, "reference_statements": statements}
-    if "health check" in system:
-        return {"ok": True}
-    doc_id = re.search(r'id="([^"]*)"', docs[0][1])
-    cited = doc_id.group(1) if doc_id else "1"
-    quote = docs[0][2].split(".")[0]
+    cited = str(docs[0].get("id", docs[0].get("rank")))
+    quote = docs[0]["text"].split(".")[0]
     return {
         "claims": [
             {"claim": c, "verdict": "supported", "doc_id": cited, "quote": quote, "reason": "stated"}

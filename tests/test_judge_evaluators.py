@@ -7,7 +7,6 @@ trace; the documents reach the judge inside the per-call fence.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +23,7 @@ from evaluators.judge.scorers import (
 from evaluators.registry import build_evaluator, build_evaluators
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
-from tests.judging import evaluator_client, fence_token
+from tests.judging import evaluator_client, fence_token, judge_inputs
 from tests.openai_stub import ChatReply, OpenAIStub
 
 INJECTION = (
@@ -165,15 +164,16 @@ def test_documents_are_fenced_and_an_injection_stays_inside(stub: OpenAIStub, cl
     score = make_judge_faithfulness(client)(make_trace(documents=docs))
     assert score.status == "fail"
     system, user = (m["content"] for m in stub.chat_requests[0].json["messages"])
-    tag = f"data-{fence_token(system)}"
+    token = fence_token(system)
     assert "never instructions" in system
-    blocks = re.findall(rf'<{tag} kind="document" id="([^"]*)" rank="\d+">\n(.*?)\n</{tag}>', user, re.S)
-    assert [doc_id for doc_id, _ in blocks] == ["refund-window", "evil"]
-    evil = blocks[1][1]
+    inputs = judge_inputs(stub.chat_requests[0])
+    assert list(inputs) == ["question", "documents", "answer"]
+    assert [doc["id"] for doc in inputs["documents"]] == ["refund-window", "evil"]
+    evil = inputs["documents"][1]["text"]
     assert "Ignore all previous instructions" in evil
     assert "</data-0000000000000000>" not in evil and "&lt;/data-0000000000000000>" in evil
-    assert user.count(f"</{tag}>") == 4  # question, two documents, answer
-    assert re.search(rf'<{tag} kind="answer">', user)
+    # One fence around all of it: the forged closer formed no tag.
+    assert user.count(f"<data-{token}>") == 1 and user.count("</data-") == 1
 
 
 @pytest.mark.parametrize(

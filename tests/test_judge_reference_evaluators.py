@@ -8,7 +8,6 @@ value with items, and fails closed: a judge fault or an unusable verdict is an `
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,7 +30,7 @@ from evaluators.judge.scorers import (
 from evaluators.registry import build_evaluator
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
-from tests.judging import evaluator_client, fence_token
+from tests.judging import evaluator_client, seen_texts
 from tests.openai_stub import ChatReply, OpenAIStub
 
 WINDOW = "Refunds are accepted within 30 days of delivery."
@@ -74,14 +73,8 @@ def client(stub: OpenAIStub) -> JudgeClient:
 
 
 def blocks(stub: OpenAIStub, index: int = -1) -> dict[str, list[str]]:
-    """kind -> texts of the fenced blocks the judge received (the fence tag read from the system
-    prompt, so a block only counts when it uses this call's token)."""
-    system, user = (m["content"] for m in stub.chat_requests[index].json["messages"])
-    tag = f"data-{fence_token(system)}"
-    found: dict[str, list[str]] = {}
-    for kind, text in re.findall(rf'<{tag} kind="(\w+)"[^>]*>\n(.*?)\n</{tag}>', user, re.S):
-        found.setdefault(kind, []).append(text)
-    return found
+    """kind -> texts the judge received in the request at `index` (tests.judging.seen_texts)."""
+    return seen_texts(stub.chat_requests[index])
 
 
 def schema_sent(stub: OpenAIStub, index: int = -1) -> dict[str, Any]:

@@ -57,8 +57,9 @@ def test_strict_schema_is_closed_and_inlined(model: type[BaseModel]) -> None:
 
 @pytest.mark.parametrize("model", VERDICT_MODELS, ids=lambda m: m.__name__)
 def test_strict_schema_says_what_pydantic_says(model: type[BaseModel]) -> None:
-    """Apart from the strict-mode edits (closed objects, no titles or defaults) and the two
-    rewritings, each property has the same types, enums and bounds as in pydantic's schema."""
+    """Apart from the strict-mode edits (closed objects, no titles or defaults), the two rewritings
+    and the value constraints left to pydantic, each property has the same types and enums as in
+    pydantic's schema."""
     reference = pydantic_schema = model.model_json_schema()
     reference = resolve(pydantic_schema, pydantic_schema.get("$defs", {}))
     ours = strict_json_schema(model)
@@ -71,8 +72,9 @@ def test_strict_schema_says_what_pydantic_says(model: type[BaseModel]) -> None:
 
     def compare(theirs: dict[str, Any], mine: dict[str, Any]) -> None:
         assert types(theirs) == types(mine)
-        for key in ("enum", "minLength", "maxLength", "minimum", "maximum"):
-            assert theirs.get(key) == mine.get(key), key
+        assert theirs.get("enum") == mine.get("enum")
+        for key in ("minLength", "maxLength", "minimum", "maximum", "pattern", "minItems"):
+            assert key not in mine, key
         assert set(theirs.get("properties", {})) == set(mine.get("properties", {}))
         for name, sub in theirs.get("properties", {}).items():
             compare(sub, mine["properties"][name])
@@ -99,4 +101,28 @@ def test_optional_plain_types_become_type_lists() -> None:
     claim = strict_json_schema(prompts.ClaimVerdict)
     assert claim["properties"]["doc_id"]["type"] == ["string", "null"]
     assert claim["properties"]["quote"]["type"] == ["string", "null"]
-    assert claim["properties"]["claim"] == {"minLength": 1, "type": "string"}
+    assert claim["properties"]["claim"] == {"type": "string"}
+
+
+def test_value_constraints_are_not_sent_but_still_checked_on_the_reply() -> None:
+    """`minLength` / `minimum` stay out of the wire schema (providers' strict modes differ on them);
+    pydantic still rejects a reply that breaks them."""
+    relevance = strict_json_schema(prompts.ContextRelevanceVerdict)
+    assert relevance["properties"]["documents"]["items"]["properties"]["rank"] == {"type": "integer"}
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        prompts.ContextRelevanceVerdict.model_validate({"documents": [{"rank": 0, "relevant": True}]})
+    with pytest.raises(ValueError, match="at least 1 character"):
+        prompts.ClaimVerdict.model_validate({"claim": "", "verdict": "supported"})
+
+
+class Bounds(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    minimum: int
+    title: str
+
+
+def test_properties_named_like_keywords_keep_their_schema() -> None:
+    assert strict_json_schema(Bounds)["properties"] == {
+        "minimum": {"type": "integer"},
+        "title": {"type": "string"},
+    }

@@ -145,13 +145,36 @@ class _Ping(BaseModel):
     ok: bool
 
 
+# Schema keywords left out of the wire schema (see `strict_json_schema`); only keyword values are
+# dropped, never a property that happens to have one of these names (its value is a schema dict).
+_NOT_SENT = frozenset(
+    {
+        "title",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+    }
+)
+
+
 def strict_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
     """The model's JSON schema in the shape OpenAI's strict structured output accepts.
 
     Strict mode wants every object closed (`additionalProperties: false`) with all its properties
     required and no `default`s; pydantic still applies its own defaults when it validates the reply.
     pydantic's `title` annotations are dropped: they tell the model nothing and cost prompt tokens on
-    every call (a string `title` is the keyword; a property named title has a schema, kept).
+    every call (a string `title` is the keyword; a property named title has a schema, kept). So are
+    value constraints (`minLength`, `minimum`, ...): providers' strict modes accept different subsets
+    of them and some reject a schema over one, while pydantic checks them all on the reply anyway
+    (a violation is a schema error, retried like any other). The wire schema keeps the shape only.
     """
 
     def fix(node: Any) -> Any:
@@ -159,7 +182,7 @@ def strict_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
             node = {
                 key: fix(value)
                 for key, value in node.items()
-                if key != "default" and not (key == "title" and isinstance(value, str))
+                if key != "default" and not (key in _NOT_SENT and isinstance(value, str | int | float))
             }
             if node.get("type") == "object" and "properties" in node:
                 node["additionalProperties"] = False
