@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from evaluators.judge import JudgeClient, JudgeSettings
+from evaluators.judge import JudgeClient, JudgeSettings, fence_inputs
 from evaluators.judge.prompts import CONTEXT_RELEVANCE_VERSION, FAITHFULNESS_VERSION, ClaimVerdict
 from evaluators.judge.scorers import (
     check_claims,
@@ -368,5 +368,71 @@ def test_a_quote_of_the_text_as_the_judge_saw_it_counts() -> None:
     doc = Document(rank=1, id="odd", content="Use the <data-x> tag. Refunds take 5 days.")
     shown = claim("Refunds take 5 days.", "supported", "odd", "Use the &lt;data-x> tag")
     invented = claim("Refunds take 5 days.", "supported", "odd", "Use the blue tag")
-    tally = check_claims([ClaimVerdict.model_validate(shown), ClaimVerdict.model_validate(invented)], [doc])
+    seen = fence_inputs(documents=[(doc.id, doc.content or "")]).clip.documents
+    tally = check_claims([ClaimVerdict.model_validate(shown), ClaimVerdict.model_validate(invented)], seen)
     assert (tally.supported, tally.overruled) == (1, 1)
+
+
+def shown(*documents: tuple[str | None, str]) -> Any:
+    """The documents as a judge call shows them (clipped), for `check_claims`."""
+    return fence_inputs(documents=list(documents)).clip.documents
+
+
+def overruled(tally: Any) -> list[bool]:
+    return [not item.ok for item in tally.items]
+
+
+def test_a_quote_must_be_whole_words_and_long_enough_to_prove_anything() -> None:
+    """Punctuation, a letter, part of a word or two common words do not prove a claim; three whole
+    words do, and so does a short document's whole text."""
+    docs = shown(("ship", "Shipping is free."), ("tiny", "Yes."))
+    quotes = ["...", "-", "e", "ping is fre", "is free", "Shipping is free", "yes"]
+    cited = ["ship"] * 6 + ["tiny"]
+    verdicts = [
+        ClaimVerdict.model_validate(claim("Refunds take 30 days.", "supported", doc_id, quote))
+        for doc_id, quote in zip(cited, quotes, strict=True)
+    ]
+    tally = check_claims(verdicts, docs)
+    assert overruled(tally) == [True, True, True, True, True, False, False]
+    assert tally.items[0].evidence is not None and "no quote" in tally.items[0].evidence
+    assert tally.items[3].evidence is not None and "does not occur in doc ship" in tally.items[3].evidence
+    assert tally.items[4].evidence is not None and "too short" in tally.items[4].evidence
+
+
+def test_a_quote_from_the_clipped_off_part_was_not_seen() -> None:
+    text = "x " * 2_000 + "Refunds take 30 days."  # the sentence starts past 4,000 characters
+    docs = shown(("long", text))
+    assert docs[0].clipped
+    verdict = ClaimVerdict.model_validate(
+        claim("Refunds take 30 days.", "supported", "long", "Refunds take 30 days")
+    )
+    tally = check_claims([verdict], docs)
+    assert overruled(tally) == [True] and tally.overruled == 1
+
+
+def test_documents_are_found_by_neutralised_shared_or_rank_like_ids() -> None:
+    docs = shown(
+        ("2", "Refunds take 30 days from delivery."),
+        (None, "Exchanges are free within 45 days."),
+        ("kb<data-1", "Shipping costs 5 euros outside the EU."),
+        ("faq", "Gift cards never expire at all."),
+        ("faq", "Returns are free with the printed label."),
+    )
+    cases = [  # (cited as the judge saw it, quote)
+        ("2", "Exchanges are free"),  # document 1's id, and document 2's rank (it has no id)
+        ("2", "take 30 days"),
+        ("rank 2", "take 30 days"),  # rank 2 is document 2 only
+        ("kb&lt;data-1", "costs 5 euros"),  # the neutralised id, as the judge was shown it
+        ("faq", "Returns are free"),  # a shared id: either document may hold the quote
+        ("faq", "Gift cards never"),
+    ]
+    verdicts = [ClaimVerdict.model_validate(claim("c", "supported", ref, quote)) for ref, quote in cases]
+    tally = check_claims(verdicts, docs)
+    assert overruled(tally) == [False, False, True, False, False, False]
+    assert [item.evidence for item in tally.items if item.ok] == [
+        "doc rank 2: Exchanges are free",
+        "doc 2: take 30 days",
+        "doc kb<data-1: costs 5 euros",
+        "doc faq: Returns are free",
+        "doc faq: Gift cards never",
+    ]

@@ -26,11 +26,13 @@ from evaluators.judge.scorers import (
     make_judge_answer_relevance,
     make_judge_context_precision,
     make_judge_context_recall,
+    make_judge_context_relevance,
+    make_judge_faithfulness,
 )
 from evaluators.registry import build_evaluator
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
-from tests.judging import evaluator_client, seen_texts
+from tests.judging import evaluator_client, judge_inputs, seen_texts
 from tests.openai_stub import ChatReply, OpenAIStub
 
 WINDOW = "Refunds are accepted within 30 days of delivery."
@@ -406,3 +408,48 @@ def test_registry_builds_each_judge_variant_and_checks_its_options(
         with pytest.raises(ValueError, match=message):
             build_evaluator(entry, client)
     assert len(stub.chat_requests) == 2
+
+
+# Every judge evaluator: the inputs its judge gets, in order, and how documents are shown (by id
+# where claims cite them, by rank where verdicts go per document).
+INPUTS: dict[str, tuple[Callable[[JudgeClient], Callable[[RagTrace], Score]], list[str], str | None]] = {
+    "faithfulness": (make_judge_faithfulness, ["question", "documents", "answer"], "id"),
+    "context_relevance": (make_judge_context_relevance, ["question", "documents"], "rank"),
+    "context_recall": (make_judge_context_recall, ["question", "documents", "reference"], "id"),
+    "context_precision": (make_judge_context_precision, ["question", "reference", "documents"], "rank"),
+    "answer_relevance": (make_judge_answer_relevance, ["question", "answer"], None),
+    "answer_correctness": (make_judge_answer_correctness, ["question", "answer", "reference"], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_each_judge_gets_its_inputs_and_our_notes_outside_the_fence(
+    stub: OpenAIStub, client: JudgeClient, name: str
+) -> None:
+    factory, keys, shown_by = INPUTS[name]
+    long_window = WINDOW + " " + "More terms apply. " * 250  # past 4,000 characters: clipped
+    documents = [
+        Document(rank=1, id="store-hours", content=HOURS),
+        Document(rank=2, id="refund-window", content=long_window),
+        Document(rank=3, content=METHOD),
+    ]
+    stub.reply("{}")  # a schema violation: what matters here is the request
+    stub.reply("{}")
+    factory(client)(make_trace(documents=documents))
+    request = stub.chat_requests[0]
+    inputs = judge_inputs(request)
+    assert list(inputs) == keys
+    user = request.json["messages"][1]["content"]
+    after_fence = user[user.rindex("</data-") :].split("\n", 1)[1:]
+    notes = after_fence[0] if after_fence else ""
+    if shown_by is None:
+        assert notes == ""
+        return
+    refs = [{k: v for k, v in doc.items() if k in ("id", "rank")} for doc in inputs["documents"]]
+    if shown_by == "id":
+        assert refs == [{"id": "store-hours"}, {"id": "refund-window"}, {"rank": 3}]
+    else:
+        assert refs == [{"rank": 1}, {"rank": 2}, {"rank": 3}]
+        assert "3 documents: give 3 verdicts." in notes
+    assert inputs["documents"][1]["clipped"] == f"4000/{len(long_window)}"
+    assert '"clipped":"K/N" was cut' in notes

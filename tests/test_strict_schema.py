@@ -119,10 +119,14 @@ class Bounds(BaseModel):
     model_config = ConfigDict(extra="forbid")
     minimum: int
     title: str
+    default: str = "x"
 
 
 def test_properties_named_like_keywords_keep_their_schema() -> None:
-    assert strict_json_schema(Bounds)["properties"] == {
+    schema = strict_json_schema(Bounds)
+    assert schema["properties"] == {
         "minimum": {"type": "integer"},
         "title": {"type": "string"},
+        "default": {"type": "string"},
     }
+    assert schema["required"] == ["minimum", "title", "default"]

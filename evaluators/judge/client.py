@@ -145,10 +145,11 @@ class _Ping(BaseModel):
     ok: bool
 
 
-# Schema keywords left out of the wire schema (see `strict_json_schema`); only keyword values are
-# dropped, never a property that happens to have one of these names (its value is a schema dict).
+# Schema keywords left out of the wire schema (see `strict_json_schema`). Only keywords are dropped,
+# never a property or definition that happens to have one of these names.
 _NOT_SENT = frozenset(
     {
+        "default",
         "title",
         "minLength",
         "maxLength",
@@ -171,18 +172,21 @@ def strict_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
     Strict mode wants every object closed (`additionalProperties: false`) with all its properties
     required and no `default`s; pydantic still applies its own defaults when it validates the reply.
     pydantic's `title` annotations are dropped: they tell the model nothing and cost prompt tokens on
-    every call (a string `title` is the keyword; a property named title has a schema, kept). So are
+    every call (a property named `title` or `default` keeps its schema). So are
     value constraints (`minLength`, `minimum`, ...): providers' strict modes accept different subsets
     of them and some reject a schema over one, while pydantic checks them all on the reply anyway
     (a violation is a schema error, retried like any other). The wire schema keeps the shape only.
     """
 
-    def fix(node: Any) -> Any:
+    def fix(node: Any, named: bool = False) -> Any:
+        # `named`: the keys of this dict are property or definition names, not keywords.
+        if isinstance(node, dict) and named:
+            return {name: fix(value) for name, value in node.items()}
         if isinstance(node, dict):
             node = {
-                key: fix(value)
+                key: fix(value, named=key in ("properties", "$defs"))
                 for key, value in node.items()
-                if key != "default" and not (key in _NOT_SENT and isinstance(value, str | int | float))
+                if key not in _NOT_SENT
             }
             if node.get("type") == "object" and "properties" in node:
                 node["additionalProperties"] = False

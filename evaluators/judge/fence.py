@@ -20,8 +20,9 @@ one. A document cannot close the fence because:
    normalisation and case folding, so look-alike spellings count as occurrences). It is written as
    20 decimal digits: o200k and cl100k tokenizers read digits three at a time, so it costs 7 prompt
    tokens where 16 hex digits cost about 9;
-2. anything in the text shaped like one of our tags (`<data-...`, `</data-...`, with any token, any
-   case, spaces allowed) is neutralised to `&lt;data-...`, so even a correct guess cannot form a tag.
+2. anything in the text shaped like the start of one of our tags (`<data`, `</data`, in any case, with
+   look-alike brackets, slashes and letters, spaces and invisible characters allowed) is neutralised to
+   `&lt;data...`, so even a correct guess cannot form a tag.
    Document ids are neutralised the same way.
 
 Clipping (DESIGN.md section 6): each document is cut at 4,000 characters and the documents together
@@ -48,13 +49,25 @@ MAX_TOTAL_CHARS = 24_000
 TOKEN_BITS = 64
 _MAX_DRAWS = 100
 
-# Anything a model could read as one of our tags: `<data-`, `</data-`, `< / DATA -`, fullwidth `<` too.
-_TAG_LIKE = re.compile("[<\uff1c\ufe64]\\s*(/?)\\s*(data\\s*-)", re.IGNORECASE)
+# Anything a model could read as the start of one of our tags: a `<` or a look-alike (fullwidth,
+# small, angle quotes and brackets), an optional slash or look-alike, then the letters of "data",
+# ASCII or fullwidth, in any case, with spaces, control or invisible format characters (zero-width
+# space, soft hyphen, word joiner, bidi marks) allowed anywhere between. The hyphen is not needed:
+# every `<data` is defanged, whatever follows.
+_LT = "<\uff1c\ufe64\u2039\u276e\u3008\u27e8\u2329\u02c2"
+_GAP = "[\\s\x00-\x1f\x7f\u00ad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*"
+_SLASH = "[/\uff0f\u2215\u2044\u29f8\u2571]?"
+_DATA = _GAP.join(f"[{c}{chr(ord(c) - 0x61 + 0xFF41)}{chr(ord(c) - 0x61 + 0xFF21)}]" for c in "data")
+_TAG_LIKE = re.compile(f"[{_LT}]{_GAP}{_SLASH}{_GAP}{_DATA}", re.IGNORECASE)
+# A lone surrogate (possible in a str decoded from JSON) cannot be encoded for the request.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def neutralize(text: str) -> str:
-    """Defang every fence-tag look-alike in untrusted `text` (`<data-x` -> `&lt;data-x`)."""
-    return _TAG_LIKE.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text)
+    """Defang every fence-tag look-alike in untrusted `text` (`<data-x` -> `&lt;data-x`), and replace
+    lone surrogates, which no request could carry, with U+FFFD."""
+    text = _SURROGATE.sub("\ufffd", text)
+    return _TAG_LIKE.sub(lambda m: "&lt;" + m.group(0)[1:], text)
 
 
 def _normal(text: str) -> str:

@@ -33,7 +33,7 @@ ANSWER_PRECISION_VERSION = "answer_correctness.precision/3"
 _CLAIMS_AGAINST_DOCUMENTS = """\
 2. verdict, by the documents alone (not your knowledge): "supported" (stated or directly implied), \
 "contradicted" (a document says otherwise) or "unsupported" (not stated, even if true).
-3. If supported or contradicted: doc_id (id, else rank) and an exact quote (at most 20 words) from \
+3. If supported or contradicted: doc_id (id, else rank) and an exact quote (3 to 20 words) from \
 that document; else both null.
 4. reason: at most 15 words.\
 """
@@ -60,8 +60,8 @@ empty. Judge each document on its own, by its text and the question only, not yo
 {_ONE_VERDICT_PER_DOCUMENT}"""
 
 CONTEXT_PRECISION_PROMPT = f"""\
-Rate whether each retrieved document was useful for arriving at the reference (the known correct \
-answer to the question): it states information the reference uses. Not useful: about something else, \
+Rate whether each retrieved document was useful for arriving at the reference answer to the \
+question: it states information the reference uses. Not useful: about something else, \
 only sharing words with the question, or empty. Judge each document on its own, by its text, the \
 question and the reference only, not your knowledge.
 {_ONE_VERDICT_PER_DOCUMENT}"""
@@ -190,11 +190,19 @@ def _messages(
     """The system message (instructions + fence rules) and the user message: the inputs named by
     `keys` as one fenced JSON object (documents shown by `documents`), then our own `note` (trusted,
     outside the fence)."""
+    if "documents" in keys and fenced.clip.any_clipped:
+        note = f"{note} {_CLIPPED}".strip()
     user = fenced.message(*keys, documents=documents) + (f"\n{note}" if note else "")
     return [
         {"role": "system", "content": f"{prompt}\n\n{fenced.fence.rules()}"},
         {"role": "user", "content": user},
     ]
+
+
+# Said only when a document was clipped: an empty or cut text is then not the document's own.
+_CLIPPED = (
+    'A document marked "clipped":"K/N" was cut to its first K of N characters; judge only the text shown.'
+)
 
 
 def _verdict_count(count: int) -> str:

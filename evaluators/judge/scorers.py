@@ -32,8 +32,9 @@ Rules shared by all (where they apply):
   client's `error_kind` as label; a verdict that passes the schema but not our checks (wrong number
   of document verdicts, ranks that do not match) -> `error` `bad_verdict`. An error never passes.
 - Verdicts are checked beyond the schema: a "supported" claim whose `doc_id` is not one of the
-  trace's documents, or whose quote does not occur in that document, is counted as unsupported, and
-  the item says why (a judge cannot make a claim pass by citing a document that does not say it).
+  trace's documents, or whose quote is not whole words of that document's text as the judge saw it
+  (clipped), at least 3 of them unless the whole text, is counted as unsupported, and the item says
+  why (a judge cannot make a claim pass by citing a document that does not say it).
 - Every judge score carries `client.score_fields(result, PROMPT_VERSION)`; clipping of long
   documents is reported in the explanation.
 """
@@ -53,7 +54,7 @@ from semconv.models import Document, RagTrace
 from ..scores import Score, ScoreItem
 from ..text import DEFAULT_MIN, FAITHFULNESS_ALIASES, claims, no_document_text, rank_aware_precision
 from .client import JudgeClient, JudgeResult
-from .fence import FencedInputs, fence_inputs, neutralize
+from .fence import ClippedDocument, FencedInputs, fence_inputs, neutralize
 from .prompts import (
     ANSWER_CORRECTNESS_VERSION,
     ANSWER_PRECISION_VERSION,
@@ -95,8 +96,9 @@ def _check_min(name: str, min: float | None) -> None:
         raise ValueError(f"{name}: min must be a number between 0 and 1, got {min!r}")
 
 
-def _label(doc: Document, position: int) -> str:
-    return doc.id if doc.id is not None else f"rank {position}"
+def _label(doc_id: str | None, rank: int) -> str:
+    """How an item or a piece of evidence names a document: its id, else its rank."""
+    return doc_id if doc_id is not None else f"rank {rank}"
 
 
 def _with_judge(score: Score, fields: dict[str, Any]) -> Score:
@@ -166,14 +168,31 @@ def _present(text: str | None) -> str | None:
     return None if text is None or not text.strip() else text
 
 
-def _squash(text: str) -> str:
-    return " ".join(re.findall(r"\w+", text.casefold()))
+# A quote shorter than this (in words) is too common to prove anything ("is", "30 days" occur in
+# many documents); it counts only when it is the document's whole text.
+MIN_QUOTE_WORDS = 3
 
 
-def _quotes(quote: str, text: str) -> bool:
-    """Whether `quote` occurs in `text` (words only), as stored or as the judge saw it (neutralized)."""
-    wanted = _squash(quote)
-    return wanted in _squash(text) or wanted in _squash(neutralize(text))
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
+
+
+def quote_problem(quote: str, text: str, label: str) -> str | None:
+    """Why `quote` is no evidence from document `label` whose shown text is `text`, or None when it is:
+    whole words of the text, in order (as stored or as the judge saw it, neutralised), at least
+    `MIN_QUOTE_WORDS` of them unless they are the whole text."""
+    wanted = _words(quote)
+    if not wanted:
+        return "the judge gave no quote"
+    for form in (text, neutralize(text)):
+        words = _words(form)
+        if len(wanted) < MIN_QUOTE_WORDS and wanted != words:
+            return (
+                f"the judge's quote is too short to check ({len(wanted)} word(s), {MIN_QUOTE_WORDS} needed)"
+            )
+        if f" {' '.join(wanted)} " in f" {' '.join(words)} ":
+            return None
+    return f"the judge's quote does not occur in doc {label}"
 
 
 def _context_gate(
@@ -220,38 +239,38 @@ class ClaimTally:
         return self.supported + self.unsupported + self.contradicted
 
 
-def check_claims(verdicts: Sequence[ClaimVerdict], documents: Sequence[Document]) -> ClaimTally:
+def check_claims(verdicts: Sequence[ClaimVerdict], shown: Sequence[ClippedDocument]) -> ClaimTally:
     """Count claim verdicts, overruling to `unsupported` any supported or contradicted verdict whose
-    cited document is not in the trace or whose quote does not occur in it. Items carry the
-    evidence (document and quote, or the judge's reason, or why the verdict was overruled)."""
-    # id -> text; a document without an id is cited by its rank ("2" or "rank 2").
-    by_ref: dict[str, tuple[str, str]] = {}
-    for position, doc in enumerate(documents, start=1):
-        entry = (_label(doc, position), doc.content or "")
-        by_ref.setdefault(str(position), entry)
-        by_ref.setdefault(f"rank {position}", entry)
+    cited document is not one the judge was `shown`, or whose quote is not evidence from it
+    (`quote_problem`, against the text as shown: a quote from a clipped-off part was not seen).
+    A document is cited by its id (as stored or as shown, neutralised) or its rank ("2", "rank 2");
+    a reference that several documents answer to (a shared id, an id that is another's rank) is
+    looked up in each. Items carry the evidence (document and quote, or the judge's reason, or why
+    the verdict was overruled)."""
+    by_ref: dict[str, list[ClippedDocument]] = {}
+    for doc in shown:
+        refs = {str(doc.rank), f"rank {doc.rank}"}
         if doc.id is not None:
-            by_ref[doc.id] = entry
+            refs |= {doc.id, neutralize(doc.id)}
+        for ref in refs:
+            by_ref.setdefault(ref, []).append(doc)
 
     tally = ClaimTally(items=[])
     for verdict in verdicts:
         kind = verdict.verdict
         evidence = verdict.reason or kind
         if kind in ("supported", "contradicted"):
-            ref = by_ref.get((verdict.doc_id or "").strip())
             quote = (verdict.quote or "").strip()
-            problem = None
-            if ref is None:
-                problem = f"the judge cited document {verdict.doc_id!r}, which the trace does not have"
-            elif not quote or not _quotes(quote, ref[1]):
-                problem = f"the judge's quote does not occur in doc {ref[0]}"
-            if problem is not None:
+            cited, problem = _find_evidence(by_ref.get((verdict.doc_id or "").strip(), []), quote)
+            if cited is None:
                 tally.overruled += 1
                 kind = "unsupported"
+                problem = (
+                    problem or f"the judge cited document {verdict.doc_id!r}, which the trace does not have"
+                )
                 evidence = f"{verdict.verdict} by the judge, counted unsupported: {problem}"
             else:
-                assert ref is not None
-                evidence = f"doc {ref[0]}: {quote}"
+                evidence = f"doc {_label(cited.id, cited.rank)}: {quote}"
                 if verdict.verdict == "contradicted":
                     because = f" ({verdict.reason})" if verdict.reason else ""
                     evidence = f"contradicted by {evidence}{because}"
@@ -265,6 +284,19 @@ def check_claims(verdicts: Sequence[ClaimVerdict], documents: Sequence[Document]
                 evidence = f"unsupported: {verdict.reason or 'not stated in the documents'}"
         tally.items.append(ScoreItem(text=verdict.claim, ok=kind == "supported", evidence=evidence))
     return tally
+
+
+def _find_evidence(
+    candidates: Sequence[ClippedDocument], quote: str
+) -> tuple[ClippedDocument | None, str | None]:
+    """The first candidate document the quote is evidence from, or (None, why not; None when there
+    is no candidate)."""
+    problem = None
+    for doc in candidates:
+        problem = quote_problem(quote, doc.text, _label(doc.id, doc.rank))
+        if problem is None:
+            return doc, None
+    return None, problem
 
 
 _Ranked = TypeVar("_Ranked", DocumentVerdict, UsefulnessVerdict)
@@ -339,7 +371,7 @@ def make_judge_faithfulness(
             )
             return _with_judge(score, fields)
 
-        tally = check_claims(verdicts, documents)
+        tally = check_claims(verdicts, fenced.clip.documents)
         supported, unsupported, contradicted = tally.supported, tally.unsupported, tally.contradicted
         items, overruled = tally.items, tally.overruled
 
@@ -444,7 +476,7 @@ def make_judge_context_relevance(
         ordered, fields = asked
         labels = [v.relevant for v in ordered]
         items = [
-            ScoreItem(text=_label(doc, rank), ok=v.relevant, evidence=v.reason or None)
+            ScoreItem(text=_label(doc.id, rank), ok=v.relevant, evidence=v.reason or None)
             for rank, (doc, v) in enumerate(zip(documents, ordered, strict=True), start=1)
         ]
         value = label_metric(base, k, labels)
@@ -501,7 +533,7 @@ def make_judge_context_recall(client: JudgeClient, min: float | None = None) -> 
         if not parsed.claims:
             reason = "the judge found no statement in the expected answer"
             return judge.bad_verdict(reason, fields)
-        tally = check_claims(parsed.claims, trace.contexts)
+        tally = check_claims(parsed.claims, fenced.clip.documents)
         text = (
             f"{tally.supported} of {tally.total} expected-answer statements found in the documents, "
             f"{tally.unsupported} missing, {tally.contradicted} contradicted by them"
@@ -560,7 +592,7 @@ def make_judge_context_precision(client: JudgeClient, min: float | None = None) 
         ordered, fields = asked
         labels = [v.useful for v in ordered]
         items = [
-            ScoreItem(text=_label(doc, rank), ok=v.useful, evidence=f"rank {rank}: {v.reason or '-'}")
+            ScoreItem(text=_label(doc.id, rank), ok=v.useful, evidence=f"rank {rank}: {v.reason or '-'}")
             for rank, (doc, v) in enumerate(zip(documents, ordered, strict=True), start=1)
         ]
         useful = [str(rank) for rank, ok in enumerate(labels, start=1) if ok]
