@@ -434,6 +434,8 @@ def eval_suite(
             functools.partial(build_evaluators, judge=judge),
             load_trace=lambda path, trace_id: read_trace(suite_file.parent / path, trace_id),
             generate=openai_generator(suite.model) if suite.model else None,
+            # Models are waited on, so cases go at once; deterministic scoring gains nothing.
+            workers=config.judge.max_concurrency if judge or suite.model else 1,
         )
     except ValueError as exc:
         raise click.ClickException(f"{suite_file}: {exc}") from None
@@ -548,7 +550,10 @@ def calibrate(
     judge = _judge_client(config, judge_model, persistent_cache=False, **overrides)
     try:
         reports = run_calibration(
-            calibration, functools.partial(build_evaluator, judge=judge), repeats=repeats
+            calibration,
+            functools.partial(build_evaluator, judge=judge),
+            repeats=repeats,
+            workers=judge.settings.max_concurrency,
         )
     finally:
         _close_judge(judge)

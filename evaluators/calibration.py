@@ -19,7 +19,7 @@ stays free of I/O and of the judge client.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from semconv.models import RagTrace
 
+from .parallel import map_in_order
 from .scores import Score
 from .suite import SuiteCase, SuiteError, case_trace, read_yaml_model
 
@@ -99,19 +100,20 @@ Builder = Callable[[Mapping[str, Any]], Evaluator]
 
 
 def run_calibration(
-    calibration: CalibrationSet, build: Builder, *, repeats: int = 1
+    calibration: CalibrationSet, build: Builder, *, repeats: int = 1, workers: int = 1
 ) -> list[EvaluatorReport]:
-    """Run every (evaluator, mode) with a known verdict on its cases `repeats` times and count."""
+    """Run every (evaluator, mode) with a known verdict on its cases `repeats` times and count.
+    `workers` runs go at once (`evaluators.parallel`); the counts do not depend on it."""
     names = sorted({name for case in calibration.cases for name in case.verdicts})
     reports = []
     for name in names:
         for mode in MODES.get(name, (None,)):
-            reports.append(_calibrate(calibration, build, name, mode, repeats))
+            reports.append(_calibrate(calibration, build, name, mode, repeats, workers))
     return reports
 
 
 def _calibrate(
-    calibration: CalibrationSet, build: Builder, name: str, mode: str | None, repeats: int
+    calibration: CalibrationSet, build: Builder, name: str, mode: str | None, repeats: int, workers: int
 ) -> EvaluatorReport:
     report = EvaluatorReport(evaluator=name, mode=mode)
     entry: dict[str, Any] = {"name": name, "judge": True}
@@ -122,17 +124,15 @@ def _calibrate(
     except ValueError as exc:
         report.unavailable = str(exc)
         return report
-    for case in calibration.cases:
-        known = case.verdicts.get(name)
-        if known is None:
-            continue
-        trace = case_trace(case)
-        statuses: Counter[str] = Counter()
-        for _ in range(repeats):
-            score = evaluate(trace)
-            statuses[score.status] += 1
-            _count(report, case, known, score)
-        if len(statuses) > 1:
+    cases = [case for case in calibration.cases if name in case.verdicts]
+    traces = [case_trace(case) for case in cases]
+    runs = [index for index in range(len(cases)) for _ in range(repeats)]  # each case, repeats times
+    scores = map_in_order(lambda index: evaluate(traces[index]), runs, workers)
+    for index, case in enumerate(cases):
+        mine = scores[index * repeats : (index + 1) * repeats]
+        for score in mine:
+            _count(report, case, case.verdicts[name], score)
+        if len({score.status for score in mine}) > 1:
             report.disagreements += 1
     return report
 

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from semconv.models import Document, RagTrace, Step
 
+from .parallel import map_in_order
 from .scores import Score
 
 # Skip reasons that mean "no reference": an error in a suite, whose cases promise one.
@@ -200,24 +201,25 @@ def run_suite(
     *,
     load_trace: TraceLoader | None = None,
     generate: Generator | None = None,
+    workers: int = 1,
 ) -> list[CaseResult]:
     """Score every case with its evaluators (`build(entries)` turns config entries into evaluators).
 
     `trace:` cases are read with `load_trace`; with a suite `model:`, `generate(case)` writes the
     answer of each inline case that has none. The case's `expected` / `expected_documents` are the
-    reference either way.
+    reference either way. `workers` cases are scored at once (`evaluators.parallel`), results in
+    suite order.
     """
     shared = build(suite.evaluators)
-    results = []
-    for case in suite.cases:
+
+    def score(case: SuiteCase) -> CaseResult:
         evaluators = shared if case.evaluators is None else build(case.evaluators)
         trace = _trace_of(case, load_trace, generate)
         scores = [_promised(evaluate(trace)) for evaluate in evaluators]
         retrieved = [doc_id for doc_id in trace.retrieved_ids if doc_id is not None]
-        results.append(
-            CaseResult(name=case.name, scores=scores, answer=trace.answer, retrieved_ids=retrieved)
-        )
-    return results
+        return CaseResult(name=case.name, scores=scores, answer=trace.answer, retrieved_ids=retrieved)
+
+    return map_in_order(score, suite.cases, workers)
 
 
 def _trace_of(case: SuiteCase, load_trace: TraceLoader | None, generate: Generator | None) -> RagTrace:

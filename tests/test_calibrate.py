@@ -10,6 +10,8 @@ import json
 import os
 import re
 import subprocess
+import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -171,12 +173,17 @@ def test_a_gullible_judge_shows_up_as_injection_false_passes(tmp_path: Path) -> 
 
 
 def test_repeats_reach_the_judge_and_disagreement_is_counted(tmp_path: Path) -> None:
-    calls = {"n": 0}
+    calls: Counter[str] = Counter()
+    lock = threading.Lock()
 
     def flaky(answer: str, docs: list[tuple[str, str]]) -> tuple[str, str | None]:
-        calls["n"] += 1
+        # Every other call for the same answer is wrong: of a case's two repeats (run at once, in
+        # either order), exactly one.
+        with lock:
+            calls[answer] += 1
+            odd = calls[answer] % 2
         verdict = careful(answer, docs)
-        return ("unsupported", None) if "30 days after" in answer and calls["n"] % 2 else verdict
+        return ("unsupported", None) if "30 days after" in answer and odd else verdict
 
     with OpenAIStub(responder=judge(flaky)) as stub:
         result = calibrate(tmp_path, stub, "--repeats", "2", "--json", "report.json")
@@ -184,6 +191,30 @@ def test_repeats_reach_the_judge_and_disagreement_is_counted(tmp_path: Path) -> 
     faith = report(tmp_path)[("faithfulness", "answer")]
     assert faith["runs"] == 8  # no cache between repeats
     assert faith["disagreements"] == 1 and faith["false_fails"] == 1
+
+
+def test_runs_reach_the_judge_at_once(tmp_path: Path) -> None:
+    """Calibration waits on the judge, so runs go concurrently (judge.max_concurrency): the first
+    two verdict requests only get their replies once both are in flight."""
+    both_in_flight = threading.Barrier(2, timeout=10)
+    first = iter(range(2))
+    lock = threading.Lock()
+    careful_judge = judge(careful)
+
+    def respond(request: RecordedRequest) -> str:
+        if "health check" not in request.json["messages"][0]["content"]:
+            with lock:
+                waits = next(first, None) is not None
+            if waits:
+                both_in_flight.wait()  # a serial run would break the barrier: an error, not a verdict
+        return careful_judge(request)
+
+    with OpenAIStub(responder=respond) as stub:
+        result = calibrate(tmp_path, stub, "--json", "report.json")
+    assert result.returncode == 0, result.stderr
+    assert not both_in_flight.broken
+    faith = report(tmp_path)[("faithfulness", "answer")]
+    assert (faith["runs"], faith["correct"], faith["errors"]) == (4, 4, 0)
 
 
 def test_judge_failures_are_errors_never_correct(tmp_path: Path) -> None:

@@ -345,17 +345,27 @@ def test_cases_can_point_at_captured_trace_files(tmp_path: Path) -> None:
 
 
 def test_model_generates_answers_from_the_fixed_contexts(tmp_path: Path) -> None:
-    from tests.openai_stub import OpenAIStub
+    from tests.openai_stub import OpenAIStub, RecordedRequest
 
-    with OpenAIStub() as stub:
-        stub.reply("You can return items within 30 days of delivery for a full refund.")
-        stub.reply("You can return items within 60 days, and shipping is free.")
+    second_question = "And how long is the return window, in days?"
+
+    def generate(request: RecordedRequest) -> str:
+        # Cases are generated at once, in any order: answer by the question asked.
+        if second_question in request.json["messages"][1]["content"]:
+            return "You can return items within 60 days, and shipping is free."
+        return "You can return items within 30 days of delivery for a full refund."
+
+    with OpenAIStub(responder=generate) as stub:
         suite = {
             "model": {"model": "gen-model", "base_url": stub.base_url},
             "evaluators": [{"name": "faithfulness"}],
             "cases": [
                 {k: v for k, v in GOOD.items() if k != "answer"},
-                {**{k: v for k, v in GOOD.items() if k != "answer"}, "name": "second"},
+                {
+                    **{k: v for k, v in GOOD.items() if k != "answer"},
+                    "name": "second",
+                    "question": second_question,
+                },
             ],
         }
         env_key = os.environ.get("OPENAI_API_KEY")
@@ -370,8 +380,9 @@ def test_model_generates_answers_from_the_fixed_contexts(tmp_path: Path) -> None
         sent = [r.json for r in stub.requests]
     assert result.returncode == 1, result.stderr
     assert [r["model"] for r in sent] == ["gen-model", "gen-model"]
-    user = sent[0]["messages"][1]["content"]
-    assert POLICY in user and GOOD["question"] in user
+    users = [r["messages"][1]["content"] for r in sent]
+    assert all(POLICY in user for user in users)
+    assert any(GOOD["question"] in user for user in users) and any(second_question in user for user in users)
     statuses = [c["scores"][0]["status"] for c in json.loads((tmp_path / "r.json").read_text())]
     assert statuses == ["pass", "fail"]  # the second generated answer invents 60 days
 

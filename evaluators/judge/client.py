@@ -49,13 +49,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 from urllib.parse import urlparse
 
 import openai
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from ..parallel import map_in_order
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -480,15 +481,12 @@ class JudgeClient:
         prompt_version: str = "unversioned",
     ) -> list[JudgeResult[T]]:
         """Run several `judge` calls at once (at most `max_concurrency` in flight), results in order."""
-        if not calls:
-            return []
-        workers = min(self.settings.max_concurrency, len(calls))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge") as pool:
-            futures = [
-                pool.submit(self.judge, messages, schema, prompt_version=prompt_version)
-                for messages, schema in calls
-            ]
-            return [future.result() for future in futures]
+        return map_in_order(
+            lambda call: self.judge(call[0], call[1], prompt_version=prompt_version),
+            calls,
+            self.settings.max_concurrency,
+            name="judge",
+        )
 
     def check(self) -> JudgeResult[_Ping]:
         """The pre-run check: one tiny structured request that must parse, else `JudgeCheckError`.
