@@ -19,6 +19,7 @@ from semconv.documents import fill_ids, fill_metadata_ids
 from semconv.mappers import genai, langfuse, langsmith, openinference, openllmetry
 from semconv.mappers.text_fields import question_text
 from semconv.models import RAG_STEP_KINDS, STEP_KINDS, Document, RagTrace, SpanRecord, Step
+from semconv.parallel_trees import merge_parallel_duplicates
 from semconv.values import integer, is_absent, lower, string_list, text
 
 log = logging.getLogger(__name__)
@@ -538,6 +539,7 @@ def _map(spans: list[SpanRecord]) -> RagTrace:
     )
     tops = _group(nodes)
     steps = sorted((_step(t) for t in tops), key=lambda s: (s.start_us or 0, s.span_id))
+    steps = merge_parallel_duplicates(steps, CONVENTION_ORDER)  # two libraries, one call (6.3)
     for position, step in enumerate(steps):
         step.position = position
     starts = [n.span.start_us for n in nodes if n.span.start_us is not None]

@@ -552,6 +552,53 @@ def test_openllmetry_langchain_rag(openllmetry_langchain: InMemorySpanExporter, 
 
 
 @pytest.fixture
+def openinference_and_openllmetry_langchain(
+    capture: tuple[TracerProvider, InMemorySpanExporter], openllmetry_langchain: InMemorySpanExporter
+) -> Iterator[InMemorySpanExporter]:
+    """Both libraries' LangChain instrumentations at once, as in an app moving from one to the other."""
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    provider, _ = capture
+    instrumentor = LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield openllmetry_langchain
+    finally:
+        instrumentor.uninstrument()
+
+
+def test_two_libraries_on_one_chain_are_one_retrieval_and_one_llm_step(
+    openinference_and_openllmetry_langchain: InMemorySpanExporter, stub: OpenAIStub
+) -> None:
+    """Each library's handler reports every run, in its own subtree: parallel duplicate trees
+    (semconv.md §6.3). Each call is one step, read from the richer span; tokens are counted once."""
+    script_answer(stub)
+    assert rag_chain(stub.base_url).invoke(QUESTION) == ANSWER
+
+    trace, records = only_trace(openinference_and_openllmetry_langchain)
+    scopes = {r.scope_name for r in records}
+    assert scopes == {"openinference.instrumentation.langchain", "opentelemetry.instrumentation.langchain"}
+    assert len([r for r in records if "Retriever" in r.name]) == 2  # the duplicate is really there
+    assert rag_kinds(trace) == ["retrieval", "llm"]
+
+    retrieval = one(trace, "retrieval")
+    by_name = {r.name: r.span_id for r in records}
+    assert set(retrieval.span_ids) == {
+        by_name["VectorStoreRetriever"],
+        by_name["vector_db_retrieve VectorStoreRetriever"],
+    }
+    # OpenInference's span keeps LangChain's Document.id; OpenLLMetry's loses it (see above).
+    assert retrieval.convention == "openinference" and retrieval.span_id == by_name["VectorStoreRetriever"]
+    assert trace.retrieved_ids == ["returns-window", "refunds"]
+
+    llm = one(trace, "llm")
+    assert set(llm.span_ids) == {by_name["ChatOpenAI"], by_name["ChatOpenAI.chat"]}
+    assert_langchain_llm_step(llm)
+    assert (trace.input_tokens, trace.output_tokens) == (PROMPT_TOKENS, COMPLETION_TOKENS)  # not twice
+    assert (trace.question, trace.answer) == (QUESTION, ANSWER)
+
+
+@pytest.fixture
 def openllmetry_openai(capture: tuple[TracerProvider, InMemorySpanExporter]) -> Iterator[TracerProvider]:
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
