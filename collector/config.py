@@ -138,7 +138,7 @@ class OtlpExporterConfig(_Section):
 
 class ExportersConfig(_Section):
     otlp: OtlpExporterConfig = Field(default_factory=OtlpExporterConfig)
-    forward_spans: bool = False
+    forward_spans: bool = False  # every received export, traces and logs (the DESIGN §9 key name)
     # Exports waiting to be forwarded; beyond this the oldest are dropped (and counted).
     forward_queue: int = Field(1_000, gt=0)
 

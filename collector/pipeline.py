@@ -85,10 +85,8 @@ class IngestPipeline:
         rejected_before: int = 0,
         errors_before: list[str] | None = None,
     ) -> tuple[ExportOutcome, Future[None]]:
-        """Decode and queue the span events of one log export, like `submit` for spans.
-
-        Log exports are not forwarded: the forwarder speaks the traces service only.
-        """
+        """Decode and queue the span events of one log export, like `submit` for spans; when
+        forwarding, the whole export (plain log records too) is forwarded once committed."""
         batch = decode_logs_request(request)
         if rejected_before:
             batch.rejected += rejected_before
@@ -99,6 +97,8 @@ class IngestPipeline:
             self._metrics.log_records_rejected.labels(protocol).inc(batch.rejected)
         if batch.ignored:
             self._metrics.log_records_ignored.labels(protocol).inc(batch.ignored)
+        if self._forwarder is not None:
+            future.add_done_callback(functools.partial(self._forward_when_committed, request))
         return ExportOutcome(batch.events.num_rows, batch.rejected, batch.error_message()), future
 
     async def export_logs(
@@ -113,7 +113,9 @@ class IngestPipeline:
         await asyncio.wrap_future(future)
         return outcome
 
-    def _forward_when_committed(self, request: ExportTraceServiceRequest, committed: Future[None]) -> None:
+    def _forward_when_committed(
+        self, request: ExportTraceServiceRequest | ExportLogsServiceRequest, committed: Future[None]
+    ) -> None:
         if self._forwarder is not None and committed.exception() is None:
             self._forwarder.enqueue(request)
 

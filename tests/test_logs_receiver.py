@@ -242,6 +242,45 @@ def test_sdk_log_exporters_store_events_of_spans_and_ignore_other_logs(
     assert sql(svc, "SELECT count(*) AS n FROM spans") == [{"n": 0}]
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_forwarded_log_exports_reach_the_downstream_untouched(tmp_path: Path, protocol: str) -> None:
+    """With forwarding on, log exports go on to the downstream's logs service after their commit,
+    whole: the plain application log that ragpulse itself ignores is forwarded too."""
+    (tmp_path / "down").mkdir()
+    (tmp_path / "up").mkdir()
+    with BackgroundService(config(tmp_path / "down")) as downstream:
+        endpoint = (
+            f"127.0.0.1:{downstream.grpc_port}"
+            if protocol == "grpc"
+            else f"http://127.0.0.1:{downstream.http_port}/v1/traces"  # a traces URL works too
+        )
+        exporters = {"forward_spans": True, "otlp": {"endpoint": endpoint, "protocol": protocol}}
+        up_config = make_config(tmp_path / "up", exporters=exporters)
+        with BackgroundService(up_config) as upstream:
+            trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
+            ctx = span_context_of(trace_id, span_id)
+            provider = logger_provider(upstream, "grpc")
+            logger = provider.get_logger("ragpulse.tests.forward")
+            logger.emit(event_name="gen_ai.user.message", context=ctx, body={"content": QUESTION})
+            logger.emit(context=ctx, body="GET /refunds 200")
+            assert provider.force_flush(10_000)
+            provider.shutdown()
+
+            where = f"trace_id = '{trace_id}'"
+            up_rows = event_rows(upstream, where)
+            assert [row["name"] for row in up_rows] == ["gen_ai.user.message"]
+            down_rows = wait_for(lambda: event_rows(downstream, where), bool, "the forwarded event")
+            assert down_rows == up_rows
+            received = "grpc" if protocol == "grpc" else "http/protobuf"
+            ignored = wait_for(
+                lambda: metric(downstream, "ragpulse_log_records_ignored_total", protocol=received),
+                lambda n: n >= 1,
+                "the forwarded plain log",
+            )
+            assert ignored == 1
+            assert metric(upstream, "ragpulse_forward_dropped_total") == 0
+
+
 # --------------------------------------------------------------------------- raw OTLP/JSON and protobuf
 
 

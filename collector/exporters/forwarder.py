@@ -1,5 +1,9 @@
 """Forwarder: the exports ragpulse received, untouched, to a downstream OTLP backend.
 
+Trace exports go to the traces service (`/v1/traces`), log exports (GenAI events and any other log
+records that came with them) to the logs service (`/v1/logs`) of the same endpoint, so a backend
+behind ragpulse sees what the app sent.
+
 Forwarding is best effort and never slows ingest: exports go to a bounded queue after their commit,
 a background thread sends them, and when the queue is full or the backend refuses, the export is
 dropped and counted (`ragpulse_forward_dropped_total`). ragpulse's own store is the durable copy.
@@ -14,6 +18,8 @@ from collections.abc import Callable
 
 import grpc
 import httpx
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -21,6 +27,8 @@ from collector.config import OtlpExporterConfig
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
+
+Export = ExportTraceServiceRequest | ExportLogsServiceRequest
 
 
 def _grpc_target(endpoint: str) -> tuple[str, bool]:
@@ -30,22 +38,23 @@ def _grpc_target(endpoint: str) -> tuple[str, bool]:
     return endpoint.rstrip("/"), False
 
 
-def _http_url(endpoint: str) -> str:
+def _http_base(endpoint: str) -> str:
+    """The endpoint without a signal path: `http://h:4318/v1/traces` and `h:4318` -> `http://h:4318`."""
     if "://" not in endpoint:
         endpoint = "http://" + endpoint
     endpoint = endpoint.rstrip("/")
-    return endpoint if endpoint.endswith("/v1/traces") else endpoint + "/v1/traces"
+    return endpoint.removesuffix("/v1/traces").removesuffix("/v1/logs")
 
 
 class Forwarder:
-    """Sends queued exports to `config.endpoint` over OTLP/gRPC or OTLP/HTTP protobuf."""
+    """Sends queued trace and log exports to `config.endpoint` over OTLP/gRPC or OTLP/HTTP protobuf."""
 
     def __init__(self, config: OtlpExporterConfig, metrics: Metrics, max_queue: int) -> None:
         if not config.endpoint:
             raise ValueError("exporters.otlp.endpoint is required to forward spans")
         self._config = config
         self._metrics = metrics
-        self._queue: deque[ExportTraceServiceRequest] = deque()
+        self._queue: deque[Export] = deque()
         self._max_queue = max_queue
         self._cond = threading.Condition()
         self._stopping = False
@@ -55,7 +64,7 @@ class Forwarder:
     def start(self) -> None:
         self._thread.start()
 
-    def enqueue(self, request: ExportTraceServiceRequest) -> None:
+    def enqueue(self, request: Export) -> None:
         with self._cond:
             if len(self._queue) >= self._max_queue:
                 self._queue.popleft()
@@ -84,28 +93,33 @@ class Forwarder:
                 self._metrics.forward_dropped.inc()
                 log.warning("forwarding to %s failed: %s", self._config.endpoint, exc)
 
-    def _grpc_sender(self) -> Callable[[ExportTraceServiceRequest], None]:
+    def _grpc_sender(self) -> Callable[[Export], None]:
         target, secure = _grpc_target(self._config.endpoint or "")
         channel = (
             grpc.secure_channel(target, grpc.ssl_channel_credentials())
             if secure
             else grpc.insecure_channel(target)
         )
-        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        traces = trace_service_pb2_grpc.TraceServiceStub(channel)
+        logs = logs_service_pb2_grpc.LogsServiceStub(channel)
         metadata = tuple((k.lower(), v) for k, v in self._config.headers.items())
 
-        def send(request: ExportTraceServiceRequest) -> None:
-            stub.Export(request, timeout=self._config.timeout, metadata=metadata)
+        def send(request: Export) -> None:
+            if isinstance(request, ExportLogsServiceRequest):
+                logs.Export(request, timeout=self._config.timeout, metadata=metadata)
+            else:
+                traces.Export(request, timeout=self._config.timeout, metadata=metadata)
 
         return send
 
-    def _http_sender(self) -> Callable[[ExportTraceServiceRequest], None]:
-        url = _http_url(self._config.endpoint or "")
+    def _http_sender(self) -> Callable[[Export], None]:
+        base = _http_base(self._config.endpoint or "")
         client = httpx.Client(timeout=self._config.timeout)
         headers = {**self._config.headers, "Content-Type": "application/x-protobuf"}
 
-        def send(request: ExportTraceServiceRequest) -> None:
-            response = client.post(url, content=request.SerializeToString(), headers=headers)
+        def send(request: Export) -> None:
+            path = "/v1/logs" if isinstance(request, ExportLogsServiceRequest) else "/v1/traces"
+            response = client.post(base + path, content=request.SerializeToString(), headers=headers)
             response.raise_for_status()
 
         return send
