@@ -21,6 +21,7 @@ import duckdb
 import httpx
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -639,6 +640,53 @@ def test_stop_before_decision_wait_then_restart_assembles_and_reassembles(tmp_pa
         assert count(svc, f"SELECT count(*) AS n FROM steps WHERE trace_id = '{first}'") == 4
         assert count(svc, f"SELECT count(*) AS n FROM documents WHERE trace_id = '{first}'") == 3
         assert assembled(svc.http_url, "recovery") == 2
+
+
+def post_event(url: str, trace_id: str, span_id: str, name: str, **attributes: Any) -> None:
+    """POST one GenAI event as an OTLP log record of span `span_id` (it is committed when acknowledged)."""
+    request = ExportLogsServiceRequest()
+    record = request.resource_logs.add().scope_logs.add().log_records.add()
+    record.time_unix_nano = time.time_ns()
+    record.trace_id, record.span_id = bytes.fromhex(trace_id), bytes.fromhex(span_id)
+    record.event_name = name
+    record.attributes.extend(KeyValue(key=k, value=_any_value(v)) for k, v in attributes.items())
+    response = httpx.post(
+        f"{url}/v1/logs",
+        content=request.SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_a_log_event_stored_after_assembly_is_assembled_after_a_restart(tmp_path: Path) -> None:
+    """An event sent as a log after its trace was assembled, then a stop before the re-assembly:
+    the next start re-assembles the trace from the store, once."""
+    db = tmp_path / "ragpulse.duckdb"
+    tid = trace_id_of(3)
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        send(svc.http_url, tid, rag_spans())
+        wait_traces(svc, 1)
+    with BackgroundService(make_config(tmp_path, assembler=assembler(decision_wait=60))) as svc:
+        post_event(
+            svc.http_url, tid, span_hex(3), "gen_ai.evaluation.result", **{"gen_ai.evaluation.name": "x"}
+        )
+    assert _file_rows(db, "SELECT assembly_count FROM traces") == [(1,)]
+    assert _file_rows(db, "SELECT name, source FROM span_events") == [("gen_ai.evaluation.result", "log")]
+
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        rows = wait_for(
+            lambda: traces_rows(svc),
+            lambda rows: bool(rows) and rows[0]["assembly_count"] == 2,
+            what="re-assembly of the trace",
+        )
+        assert rows[0]["assembly_reason"] == "recovery"
+        assert assembled(svc.http_url, "recovery") == 1
+    # The event is accounted for now: a further start finds nothing to assemble.
+    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+        time.sleep(0.5)
+        assert assembled(svc.http_url, "recovery") == 0
+        assert [r["assembly_count"] for r in traces_rows(svc)] == [2]
 
 
 @pytest.fixture

@@ -297,9 +297,12 @@ def test_generated_requests_match_the_model(model):
         if row["links"] is not None:
             assert len(orjson.loads(row["links"])) == len(m["links"])
     assert batch.events.num_rows == sum(len(m["events"]) for m in want)
-    for event in batch.events.drop_columns(["time"]).to_pylist():
+    for event in batch.events.drop_columns(["time", "received_at"]).to_pylist():
         assert isinstance(orjson.loads(event["attributes"]), dict)
         assert event["source"] == "otlp"
+    # An event arrives with its span: one receive time for the whole export.
+    received = set(batch.spans["received_at"].cast("int64").to_pylist())
+    assert set(batch.events["received_at"].cast("int64").to_pylist()) <= received
 
 
 def test_generated_requests_store_and_read_back(tmp_path: Path):

@@ -58,6 +58,7 @@ EVENTS_SCHEMA = pa.schema(
         ("name", pa.string()),
         ("attributes", pa.string()),
         ("source", pa.string()),
+        ("received_at", _TS),
     ]
 )
 
@@ -250,6 +251,7 @@ def decode_request(request: ExportTraceServiceRequest, source: str = "otlp") -> 
                     events["name"].append(event_name)
                     events["attributes"].append(event_attrs)
                     events["source"].append(source)
+                    events["received_at"].append(received_at)
 
     return SpanBatch(
         spans=pa.table(spans, schema=SPANS_SCHEMA),

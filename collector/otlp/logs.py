@@ -126,6 +126,7 @@ def decode_logs_request(request: ExportLogsServiceRequest, source: str = "log") 
                 events["name"].append(name)
                 events["attributes"].append(attributes)
                 events["source"].append(source)
+                events["received_at"].append(received_at)
 
     return LogBatch(
         spans=SPANS_SCHEMA.empty_table(),

@@ -76,7 +76,7 @@ def run_map_job(job: MapJob) -> MapResult:
     if job.cases is not None:
         _cached_cases = (job.cases_version, job.cases)
     cases = _cached_cases[1] if _cached_cases[0] == job.cases_version else CaseIndex()
-    received = last_received(job.spans)
+    received = last_received(job.spans, job.events)
     assembled = []
     for trace_id, spans in records_by_trace(span_records(job.spans, job.events)).items():
         if trace_id not in job.traces:

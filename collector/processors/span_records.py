@@ -95,11 +95,21 @@ def records_by_trace(records: list[SpanRecord]) -> dict[str, list[SpanRecord]]:
     return grouped
 
 
-def last_received(spans: pa.Table) -> dict[str, int]:
-    """The latest `received_at` (µs) per trace of a spans table."""
-    if not spans.num_rows:
+def last_received(spans: pa.Table, events: pa.Table | None = None) -> dict[str, int]:
+    """The latest `received_at` (µs) per trace of a spans table and, when given, its events (those
+    sent as logs arrive on their own; events stored before the column existed have none)."""
+    parts = [spans.select(["trace_id", "received_at"])]
+    if events is not None and events.num_rows and "received_at" in events.column_names:
+        times = pc.cast(events["received_at"], spans.schema.field("received_at").type, safe=False)
+        parts.append(pa.table({"trace_id": events["trace_id"], "received_at": times}))
+    table = pa.concat_tables(parts, promote_options="permissive")
+    if not table.num_rows:
         return {}
-    grouped = (
-        spans.select(["trace_id", "received_at"]).group_by("trace_id").aggregate([("received_at", "max")])
-    )
-    return dict(zip(grouped["trace_id"].to_pylist(), _micros(grouped["received_at_max"]), strict=True))
+    grouped = table.group_by("trace_id").aggregate([("received_at", "max")])
+    return {
+        trace_id: received
+        for trace_id, received in zip(
+            grouped["trace_id"].to_pylist(), _micros(grouped["received_at_max"]), strict=True
+        )
+        if received is not None
+    }

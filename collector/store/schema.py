@@ -119,6 +119,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        3,
+        "when each span event was received",
+        # Events sent as logs arrive apart from their spans: a restart must know which came after
+        # their trace was assembled (trace_store.pending_trace_ids). NULL for rows stored before.
+        """
+        ALTER TABLE span_events ADD COLUMN received_at TIMESTAMP;
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

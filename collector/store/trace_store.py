@@ -40,7 +40,7 @@ class TraceStore:
             spans = con.execute(
                 f"SELECT {span_columns} FROM spans s SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id"
             ).to_arrow_table()
-            event_columns = ", ".join(f"e.{c}" for c in EVENT_COLUMNS)
+            event_columns = ", ".join(f"e.{c}" for c in (*EVENT_COLUMNS, "received_at"))
             events = con.execute(
                 f"SELECT {event_columns} FROM span_events e SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id"
             ).to_arrow_table()
@@ -49,14 +49,21 @@ class TraceStore:
         return spans, events
 
     def pending_trace_ids(self) -> list[str]:
-        """Traces with stored spans that no assembly has seen: never assembled, or spans received
-        after the last assembly (a crash between commit and assembly)."""
+        """Traces with stored spans that no assembly has seen: never assembled, or spans or log
+        events received after the last assembly (a crash between commit and assembly). Events of
+        a trace with no span yet make it wait for its spans, as in the running service."""
         rows = self._con.execute(
             """
+            WITH s AS (SELECT trace_id, max(received_at) AS last FROM spans GROUP BY trace_id),
+                 e AS (SELECT trace_id, max(received_at) AS last FROM span_events
+                       WHERE source = 'log' GROUP BY trace_id)
             SELECT s.trace_id
-            FROM (SELECT trace_id, max(received_at) AS last FROM spans GROUP BY trace_id) s
+            FROM s
+            LEFT JOIN e ON e.trace_id = s.trace_id
             LEFT JOIN traces t ON t.trace_id = s.trace_id
-            WHERE t.trace_id IS NULL OR s.last > t.last_received_at
+            WHERE t.trace_id IS NULL
+               OR s.last > t.last_received_at
+               OR coalesce(e.last > t.last_received_at, false)
             ORDER BY s.last
             """
         ).fetchall()
