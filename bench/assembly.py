@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Assembly benchmark: traces mapped and written per second by the trace assembler, without the
-network in the way. Batches decoded from the shared load generator's requests are committed to a
+network in the way. Batches decoded from bench/load_generator.py's requests are committed to a
 fresh DuckDB file and handed to the assembler as the span writer would.
 
     .venv/bin/python bench/assembly.py                   # 20k traces, worker process
@@ -14,12 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from load_generator import DEFAULT_LOAD_TOOL, load_tool
+from load_generator import build
 
-from collector.config import AssemblerConfig
 from collector.otlp.batch import decode_request
 from collector.processors.assembler import TraceAssembler
-from collector.store.duckdb_store import Store
+from collector.processors.config import AssemblerConfig
+from collector.store.duckdb_store import DuckDBStore
 from collector.telemetry import Metrics
 
 
@@ -28,15 +28,13 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=100, help="traces per batch (4 spans each)")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--load-tool", type=Path, default=DEFAULT_LOAD_TOOL)
     args = parser.parse_args()
 
-    tool = load_tool(args.load_tool)
-    batches = [decode_request(tool.build(args.batch, i)) for i in range(args.traces // args.batch)]
+    batches = [decode_request(build(args.batch, i)) for i in range(args.traces // args.batch)]
     with tempfile.TemporaryDirectory() as workdir:
-        store = Store(Path(workdir) / "bench.duckdb")
+        store = DuckDBStore(Path(workdir) / "bench.duckdb")
         for batch in batches:
-            store.append(batch.spans, batch.events)
+            store.append_spans(batch.spans, batch.events)
         metrics = Metrics()
         config = AssemblerConfig(decision_wait=0.01, poll_interval=0.01, workers=args.workers)
         assembler = TraceAssembler(store, config, metrics)
@@ -51,7 +49,7 @@ def main() -> None:
             assembler.run_round([])
         assembler.run_round([])
         elapsed = time.perf_counter() - started
-        count = store.read_cursor().execute("SELECT count(*) FROM traces").fetchone()
+        count = store.query("SELECT count(*) FROM traces", 1, 60).rows[0]
         assembler.stop()
         store.close()
     n = count[0] if count else 0

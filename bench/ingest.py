@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Ingest benchmark: persisted spans/s, Export latency and peak RSS of `ragpulse serve`.
 
-Starts `ragpulse serve` on a fresh DuckDB file, drives it with the shared OTLP load generator
-(`../shared/tools/otlp_load.py`: OpenInference RAG traces, ~800 bytes/span), then counts the spans
-in DuckDB. A second pass sends the same requests from an instrumented client to measure per-Export
-latency (p50/p99). Peak RSS is the server's VmHWM from /proc.
+Starts `ragpulse serve` on a fresh DuckDB file, drives it with the OTLP load generator
+(bench/load_generator.py: OpenInference RAG traces of 4 spans, ~770 bytes/span), then counts the
+spans in DuckDB. A second pass sends the same kind of requests from an instrumented client to
+measure per-Export latency (p50/p99). Peak RSS is the server's VmHWM from /proc.
 
     .venv/bin/python bench/ingest.py                  # gRPC, 100k traces (400k spans)
     .venv/bin/python bench/ingest.py --traces 20000 --protocol http-json
@@ -28,8 +28,12 @@ from typing import Any
 import grpc
 import httpx
 from google.protobuf import json_format
-from load_generator import DEFAULT_LOAD_TOOL, ROOT, load_tool
+from load_generator import build
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+# A gRPC burst is sent by the load generator run as its own process (`python load_generator.py ...`).
+LOAD_GENERATOR = Path(__file__).resolve().with_name("load_generator.py")
 
 
 def free_port() -> int:
@@ -226,7 +230,6 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="traces per Export (4 spans each)")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--protocol", choices=["grpc", "http-protobuf", "http-json"], default="grpc")
-    parser.add_argument("--load-tool", type=Path, default=DEFAULT_LOAD_TOOL)
     parser.add_argument("--keep", action="store_true", help="keep the database directory")
     parser.add_argument("--no-assembly", action="store_true", help="ingest only (assembler.enabled: false)")
     parser.add_argument("--decision-wait", type=float, default=5.0, help="assembler.decision_wait")
@@ -238,7 +241,6 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    tool = load_tool(args.load_tool)
     workdir = Path(tempfile.mkdtemp(prefix="ragpulse-bench-"))
     db = workdir / "bench.duckdb"
     env = {
@@ -259,7 +261,7 @@ def main() -> None:
         watcher = PersistWatcher(url, expected)
         watcher.start()
         if args.rate:
-            requests = [tool.build(args.batch, i) for i in range(batches)]
+            requests = [build(args.batch, i) for i in range(batches)]
             _, wall = timed_exports(
                 requests, args.concurrency, grpc_sender(grpc_port), args.batch * 4 / args.rate
             )
@@ -271,7 +273,7 @@ def main() -> None:
             out = subprocess.run(
                 [
                     sys.executable,
-                    str(args.load_tool),
+                    str(LOAD_GENERATOR),
                     f"127.0.0.1:{grpc_port}",
                     str(args.traces),
                     str(args.batch),
@@ -284,7 +286,7 @@ def main() -> None:
             print("load tool:", out.stdout.strip())
         else:
             encode, send = http_sender(url, args.protocol == "http-json")
-            bodies = [encode(tool.build(args.batch, i)) for i in range(batches)]
+            bodies = [encode(build(args.batch, i)) for i in range(batches)]
             _, wall = timed_exports(bodies, args.concurrency, send)
             print(f"sent {expected} spans in {wall:.2f}s = {expected / wall:.0f} spans/s accepted")
         watcher.join(900)
@@ -295,11 +297,11 @@ def main() -> None:
         # Latency pass: the same kind of requests from an instrumented client (new trace ids).
         n = max(args.concurrency * 25, min(batches, 250))
         if args.protocol == "grpc":
-            requests = [tool.build(args.batch, 10_000 + i) for i in range(n)]
+            requests = [build(args.batch, 10_000 + i) for i in range(n)]
             latencies, wall = timed_exports(requests, args.concurrency, grpc_sender(grpc_port))
         else:
             encode, send = http_sender(url, args.protocol == "http-json")
-            bodies = [encode(tool.build(args.batch, 10_000 + i)) for i in range(n)]
+            bodies = [encode(build(args.batch, 10_000 + i)) for i in range(n)]
             latencies, wall = timed_exports(bodies, args.concurrency, send)
         print(
             f"export latency over {len(latencies)} exports of {args.batch * 4} spans: "

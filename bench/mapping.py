@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Mapping benchmark: traces read as RAG requests per second by `semconv.map_trace` alone, in one
-thread, on the shared load generator's OpenInference traces (4 spans each). Decoding and turning
+thread, on bench/load_generator.py's OpenInference traces (4 spans each). Decoding and turning
 Arrow rows into span records are done before the clock starts; only mapping is timed, in CPU
 seconds of the thread (so the figure is per core and other load on the machine does not skew it).
 
@@ -15,13 +15,12 @@ import cProfile
 import pstats
 import statistics
 import time
-from pathlib import Path
 
-from load_generator import DEFAULT_LOAD_TOOL, load_tool
+from load_generator import build
 
 from collector.otlp.batch import decode_request
-from collector.processors.span_records import records_by_trace, span_records
-from semconv import map_trace
+from collector.store.span_records import records_by_trace, span_records
+from semconv import SpanRecord, map_trace
 
 
 def main() -> None:
@@ -29,13 +28,11 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--load-tool", type=Path, default=DEFAULT_LOAD_TOOL)
     args = parser.parse_args()
 
-    tool = load_tool(args.load_tool)
-    traces = []
+    traces: list[list[SpanRecord]] = []
     for i in range(args.traces // 100):
-        batch = decode_request(tool.build(100, i))
+        batch = decode_request(build(100, i))
         traces.extend(records_by_trace(span_records(batch.spans, batch.events)).values())
 
     def run() -> float:

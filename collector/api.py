@@ -10,11 +10,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from collector.config import SqlConfig
-from collector.datasets import DatasetError, cases_table, parse_cases, write_cases
+from collector.datasets import DatasetError, cases_table, parse_cases
 from collector.processors.assembler import TraceAssembler
-from collector.sql import QueryError, run_query
-from collector.store.duckdb_store import Store
+from collector.sql import QueryError, SqlConfig
+from collector.store.base import Store
 from collector.telemetry import Metrics
 
 TRUNCATED_HEADER = "X-Ragpulse-Truncated"
@@ -26,7 +25,7 @@ class _OrjsonResponse(JSONResponse):
 
 
 class Api:
-    """Routes: GET /healthz, GET /metrics, POST /api/sql."""
+    """Routes: GET /healthz, GET /metrics, POST /api/sql, POST /api/cases."""
 
     def __init__(
         self, store: Store, metrics: Metrics, sql: SqlConfig, assembler: TraceAssembler | None = None
@@ -71,12 +70,8 @@ class Api:
         return _OrjsonResponse(records, headers=headers)
 
     def _run(self, query: str, max_rows: int) -> tuple[list[dict[str, Any]], bool]:
-        cursor = self._store.read_cursor()
-        try:
-            result = run_query(cursor, query, max_rows, self._sql.timeout)
-            return result.records(), result.truncated
-        finally:
-            cursor.close()
+        result = self._store.query(query, max_rows, self._sql.timeout)
+        return result.records(), result.truncated
 
     async def load_cases(self, request: Request) -> Response:
         """Insert or replace golden cases: body `{"source": "...", "cases": [{id, question, ...}]}`."""
@@ -91,11 +86,7 @@ class Api:
         return _OrjsonResponse({"loaded": len(cases)})
 
     def _write_cases(self, table: Any) -> None:
-        cursor = self._store.read_cursor()
-        try:
-            write_cases(cursor, table)
-        finally:
-            cursor.close()
+        self._store.write_cases(table)
         if self._assembler is not None:
             self._assembler.refresh_cases()
 

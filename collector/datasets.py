@@ -17,7 +17,7 @@ import pyarrow as pa
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from collector.store.duckdb_store import transaction
+from collector.store.tables import CASES
 
 _NOT_WORD = re.compile(r"[^\w\s]+")
 _SPACE = re.compile(r"\s+")
@@ -94,28 +94,19 @@ def parse_cases(items: Any, source: str) -> list[Case]:
 
 
 def cases_table(cases: list[Case], source: str) -> pa.Table:
+    """Cases as rows of the `cases` table, for `Store.write_cases`."""
     now_us = int(time.time() * 1_000_000)
-    return pa.table(
-        {
-            "case_id": [c.id for c in cases],
-            "question": [c.question for c in cases],
-            "normalized_question": [normalize_question(c.question) for c in cases],
-            "expected_documents": [
-                None if c.expected_documents is None else orjson.dumps(c.expected_documents).decode()
-                for c in cases
-            ],
-            "expected_answer": [c.expected_answer for c in cases],
-            "metadata": [orjson.dumps(c.model_extra or {}).decode() for c in cases],
-            "source": [source] * len(cases),
-            "loaded_at": pa.array([now_us] * len(cases), pa.timestamp("us")),
-        }
-    )
-
-
-def write_cases(con: Any, table: pa.Table) -> None:
-    """Insert or replace cases by id, in one transaction."""
-    with transaction(con):
-        con.register("_cases", table)
-        con.execute("DELETE FROM cases WHERE case_id IN (SELECT case_id FROM _cases)")
-        con.execute("INSERT INTO cases BY NAME SELECT * FROM _cases")
-        con.unregister("_cases")
+    columns: dict[str, list[Any]] = {
+        "case_id": [c.id for c in cases],
+        "question": [c.question for c in cases],
+        "normalized_question": [normalize_question(c.question) for c in cases],
+        "expected_documents": [
+            None if c.expected_documents is None else orjson.dumps(c.expected_documents).decode()
+            for c in cases
+        ],
+        "expected_answer": [c.expected_answer for c in cases],
+        "metadata": [orjson.dumps(c.model_extra or {}).decode() for c in cases],
+        "source": [source] * len(cases),
+        "loaded_at": [now_us] * len(cases),
+    }
+    return CASES.arrow_table(columns, len(cases))

@@ -1,36 +1,36 @@
-"""`ragpulse demo`: the guided first run (DESIGN section 3).
+"""`ragpulse demo`: the guided first run.
 
 Starts the collector on a fresh DuckDB file and free loopback ports, loads the example's golden
 cases, drives the example shop assistant (`examples/shop_assistant`) in its three modes and both
 conventions through the real OTel SDK OTLP/gRPC exporter, waits until every trace is assembled,
-and prints what the tables say per mode, plus SQL to try next.
+stops the collector and prints what the tables say per mode, plus SQL to try next.
 
 The summary is built from rows (one per mode and convention, from SQL) and a list of metrics,
 shown as metrics down and modes across so it fits a terminal as metrics are added. Enrichers
-(`ENRICHERS`) add metrics: each takes the query function and the rows, adds its values to the
-rows and returns the metrics it filled. Score metrics plug in the same way once the `scores`
-table exists.
+add metrics: each takes the query function and the rows, adds its values to the rows and returns
+the metrics it filled.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import duckdb
-import httpx
-import orjson
 from rich.console import Console
 from rich.table import Table
 
+from collector.api_client import ApiClient, ApiError
 from collector.config import Config
 from collector.service import BackgroundService, running_server_url
-from collector.store.duckdb_store import StoreError, StoreLocked, connect
+from collector.sql import QueryError
+from collector.store import Store, StoreConfig, StoreError, StoreLocked, open_store
+from collector.store.span_records import records_by_trace, span_records
 from evaluators.registry import build_evaluators
-from semconv import SpanRecord, map_trace
+from semconv import map_trace
 
 QueryFn = Callable[[str], list[dict[str, Any]]]
 DEMO_SERVICE = "shop-assistant"
@@ -127,49 +127,31 @@ def expected_documents_found(query: QueryFn, rows: list[dict[str, Any]]) -> list
 
 
 DEMO_SCORES = ("retrieval.recall@5", "faithfulness", "context_recall", "answer_correctness")
-SPANS_SQL = f"""
+TRACE_LABELS_SQL = f"""
 WITH {_TRACES_WITH_MODE}
-SELECT s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.service_name,
-       epoch_us(s.start_time) AS start_us, epoch_us(s.end_time) AS end_us, s.status_code, s.attributes,
-       t.mode, t.convention AS trace_convention,
-       CAST(t.expected_documents AS VARCHAR[]) AS expected_documents, t.expected_answer
-FROM spans s JOIN t USING (trace_id)
+SELECT trace_id, mode, convention,
+       CAST(expected_documents AS VARCHAR[]) AS expected_documents, expected_answer
+FROM t
 """
 
 
-def deterministic_scores(query: QueryFn, rows: list[dict[str, Any]]) -> list[Metric]:
-    """Adds the mean of a few deterministic scores (no judge) per mode and convention: the traces
-    are read back from `spans`, mapped again and scored by `evaluators` (online scoring, which will
-    write a `scores` table, is the next step; the demo shows what it will see)."""
+def deterministic_scores(store: Store, query: QueryFn, rows: list[dict[str, Any]]) -> list[Metric]:
+    """Adds the mean of a few deterministic scores (no judge) per mode and convention: the stored
+    spans are read back, mapped again and scored by `evaluators`, with the expectations of the
+    golden case the assembler matched."""
     evaluators = build_evaluators([{"name": name} for name in DEMO_SCORES])
-    by_trace: dict[str, list[SpanRecord]] = {}
-    labels: dict[str, dict[str, Any]] = {}
-    for r in query(SPANS_SQL):
-        by_trace.setdefault(r["trace_id"], []).append(
-            SpanRecord(
-                trace_id=r["trace_id"],
-                span_id=r["span_id"],
-                parent_span_id=r["parent_span_id"],
-                name=r["name"] or "",
-                kind=r["kind"] or "INTERNAL",
-                start_us=r["start_us"],
-                end_us=r["end_us"],
-                status_code=r["status_code"] or "UNSET",
-                attributes=r["attributes"] or {},
-                service_name=r["service_name"],
-            )
-        )
-        labels[r["trace_id"]] = r
+    labels = {r["trace_id"]: r for r in query(TRACE_LABELS_SQL)}
+    spans, events = store.read_spans(labels)
     values: dict[tuple[str, str, str], list[float]] = {}
-    for trace_id, spans in by_trace.items():
-        trace = map_trace(spans)
+    for trace_id, records in records_by_trace(span_records(spans, events)).items():
+        trace = map_trace(records)
         label = labels[trace_id]
-        trace.expected_documents = label["expected_documents"]  # from the golden case the
-        trace.expected_answer = label["expected_answer"]  # assembler matched
+        trace.expected_documents = label["expected_documents"]
+        trace.expected_answer = label["expected_answer"]
         for evaluate in evaluators:
             score = evaluate(trace)
             if score.value is not None:
-                key = (label["mode"], label["trace_convention"], score.name)
+                key = (label["mode"], label["convention"], score.name)
                 values.setdefault(key, []).append(score.value)
     for row in rows:
         for name in DEMO_SCORES:
@@ -178,8 +160,9 @@ def deterministic_scores(query: QueryFn, rows: list[dict[str, Any]]) -> list[Met
     return [Metric(f"score:{name}", f"{name} (mean)", _number(2)) for name in DEMO_SCORES]
 
 
-# Applied in order after the base summary.
-ENRICHERS: list[Enricher] = [expected_documents_found, deterministic_scores]
+def enrichers(store: Store) -> list[Enricher]:
+    """The enrichers applied in order after the base summary."""
+    return [expected_documents_found, functools.partial(deterministic_scores, store)]
 
 
 def summarise(query: QueryFn) -> list[dict[str, Any]]:
@@ -269,20 +252,21 @@ def prepare_database(db: Path) -> None:
         raise DemoError(f"a running ragpulse holds {db}; stop it or pass another --db")
     if db.exists():
         try:
-            con = connect(db, read_only=True)
+            store = open_store(StoreConfig(path=str(db)), read_only=True)
         except StoreLocked:
             raise DemoError(f"{db} is in use by another process; pass another --db") from None
         except StoreError:
             raise DemoError(f"{db} exists and is not a ragpulse database; pass another --db") from None
-        try:
-            others = con.execute(
-                "SELECT count(*) FROM spans WHERE service_name IS DISTINCT FROM ?", [DEMO_SERVICE]
-            ).fetchone()
-        except duckdb.Error:  # no spans table: not a ragpulse file
-            others = None
-        finally:
-            con.close()
-        if others is None or others[0]:
+        with store:
+            try:
+                others = store.query(
+                    f"SELECT count(*) AS n FROM spans WHERE service_name IS DISTINCT FROM '{DEMO_SERVICE}'",
+                    max_rows=1,
+                    timeout=60,
+                ).rows[0][0]
+            except QueryError:  # no spans table: not a ragpulse file
+                others = None
+        if others is None or others:
             raise DemoError(
                 f"{db} holds data that `ragpulse demo` did not write; it will not delete it. "
                 "Pass another --db"
@@ -306,32 +290,6 @@ def demo_config(config: Config, db: Path) -> Config:
     return demo
 
 
-class _Api:
-    """The running service's HTTP API (the same surface `ragpulse sql --server` uses)."""
-
-    def __init__(self, url: str) -> None:
-        self._client = httpx.Client(base_url=url, timeout=30)
-
-    def close(self) -> None:
-        self._client.close()
-
-    def query(self, sql: str) -> list[dict[str, Any]]:
-        response = self._client.post("/api/sql", json={"query": sql})
-        if response.status_code != 200:
-            try:
-                message = orjson.loads(response.content).get("error", response.text)
-            except (orjson.JSONDecodeError, AttributeError):
-                message = f"HTTP {response.status_code}"
-            raise DemoError(f"query failed: {message}")
-        rows: list[dict[str, Any]] = orjson.loads(response.content)
-        return rows
-
-    def load_cases(self, cases: list[dict[str, Any]], source: str) -> None:
-        response = self._client.post("/api/cases", content=orjson.dumps({"source": source, "cases": cases}))
-        if response.status_code != 200:
-            raise DemoError(f"loading the golden cases failed: {response.text}")
-
-
 def wait_for_traces(query: QueryFn, expected: int, timeout: float) -> int:
     """Poll until `expected` traces are assembled; DemoError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -340,7 +298,7 @@ def wait_for_traces(query: QueryFn, expected: int, timeout: float) -> int:
         try:
             count = int(query("SELECT count(*) AS n FROM traces")[0]["n"])
             problem = ""
-        except DemoError as exc:
+        except ApiError as exc:
             problem = f" ({exc})"
         if count >= expected:
             return count
@@ -367,12 +325,10 @@ def run_demo(
     prepare_database(db)
     cases = load_cases()
     sent = 0
-    samples: list[dict[str, Any]] = []
     with BackgroundService(demo_config(config, db)) as service:
         console.print(f"[bold]ragpulse demo[/bold]: collector running, database {db}")
         console.print(f"  OTLP/gRPC 127.0.0.1:{service.grpc_port}, HTTP and API {service.http_url}")
-        api = _Api(service.http_url)
-        try:
+        with ApiClient(service.http_url, timeout=30) as api:
             api.load_cases(
                 [
                     {
@@ -403,16 +359,21 @@ def run_demo(
                         )
                     sent += len(report.answers)
                     console.print(f"  sent {len(report.answers)} traces: {mode}, {convention} convention")
-            count = wait_for_traces(api.query, sent, timeout)
+            count = wait_for_traces(api.rows, sent, timeout)
             console.print(f"{count} traces assembled into traces / steps / documents")
-            rows = summarise(api.query)
-            metrics = list(SUMMARY_METRICS)
-            for enrich in ENRICHERS:
-                metrics.extend(enrich(api.query, rows))
-            sample_case = cases[0].id.replace("'", "''")
-            samples = api.query(SAMPLE_SQL.format(traces=_TRACES_WITH_MODE, case_id=sample_case))
-        finally:
-            api.close()
+
+    # The collector has stopped and checkpointed: the summary reads the file itself.
+    with open_store(StoreConfig(path=str(db)), read_only=True) as store:
+
+        def query(sql: str) -> list[dict[str, Any]]:
+            return store.query(sql, max_rows=1_000_000, timeout=timeout).records()
+
+        rows = summarise(query)
+        metrics = list(SUMMARY_METRICS)
+        for enrich in enrichers(store):
+            metrics.extend(enrich(query, rows))
+        sample_case = cases[0].id.replace("'", "''")
+        samples = query(SAMPLE_SQL.format(traces=_TRACES_WITH_MODE, case_id=sample_case))
 
     console.print()
     title = f"Per mode: {len(cases)} questions x {len(CONVENTIONS)} conventions"

@@ -1,8 +1,10 @@
 """The ingest pipeline every receiver feeds: decode -> group-committed store -> post-commit consumers.
 
-Receivers only speak their protocol; the pipeline turns an `ExportTraceServiceRequest` (or the span
-events of an `ExportLogsServiceRequest`) into a stored batch and tells the receiver what to
-acknowledge (partial success) once the commit is durable.
+Receivers only speak their protocol and know only this module: `IngestPipeline.export` /
+`export_logs` and the two errors they raise, `Overloaded` (come back later) and `Stopped`
+(shutting down). The pipeline turns an `ExportTraceServiceRequest` (or the span events of an
+`ExportLogsServiceRequest`) into a stored batch and tells the receiver what to acknowledge
+(partial success) once the commit is durable.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collector.exporters.forwarder import Forwarder
 from collector.otlp.batch import SpanBatch, decode_request
 from collector.otlp.logs import decode_logs_request
-from collector.store.writer import SpanWriter
+from collector.store.writer import Overloaded, SpanWriter, Stopped
 from collector.telemetry import Metrics
+
+# The errors of `export` / `export_logs`, which receivers import from here: they see the pipeline,
+# never the writer behind it.
+__all__ = ["ExportOutcome", "IngestPipeline", "Overloaded", "Stopped"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,7 @@ class IngestPipeline:
     ) -> tuple[ExportOutcome, Future[None]]:
         """Decode and queue one export. The future resolves when its spans are committed.
 
-        Raises `Overloaded` (retry later) or `WriterStopped` without storing anything.
+        Raises `Overloaded` (retry later) or `Stopped` without storing anything.
         `rejected_before` counts spans a decoder already refused (e.g. malformed OTLP/JSON spans).
         """
         batch = decode_request(request)

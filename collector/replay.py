@@ -29,8 +29,8 @@ from collector.otlp.batch import concat_batches, decode_request
 from collector.otlp.json_request import UndecodableBody, parse_json_request
 from collector.pipeline import IngestPipeline
 from collector.processors.assembler import TraceAssembler
-from collector.processors.span_records import records_by_trace, span_records
-from collector.store.duckdb_store import Store
+from collector.store import open_store
+from collector.store.span_records import records_by_trace, span_records
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
 from semconv.mapping import map_trace
@@ -199,7 +199,7 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
     """Write every captured request straight into the database file, through the ingest pipeline."""
     report = ReplayReport()
     metrics = Metrics()
-    store = Store(config.store.path, config.store)
+    store = open_store(config.store)
     writer = SpanWriter(store, metrics, config.store.max_queue_spans, config.store.max_commit_spans)
     writer.start()
     try:

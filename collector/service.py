@@ -28,7 +28,7 @@ from collector.pipeline import IngestPipeline
 from collector.processors.assembler import TraceAssembler
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
-from collector.store.duckdb_store import Store
+from collector.store import Store, open_store
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
 
@@ -94,7 +94,8 @@ class Service:
 
     async def start(self) -> None:
         cfg = self.config
-        self.store = Store(cfg.store.path, cfg.store)
+        cfg.check_evaluators()
+        self.store = open_store(cfg.store)
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
         )

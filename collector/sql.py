@@ -19,6 +19,9 @@ from typing import Any
 
 import duckdb
 import orjson
+from pydantic import Field
+
+from collector.config_base import Section
 
 # EXPLAIN ANALYZE runs its statement, so EXPLAIN is let through only in front of a query. The prefix
 # (leading comments, EXPLAIN, ANALYZE/ANALYSE, an option list) is cut to find the explained statement.
@@ -32,6 +35,13 @@ _EXPLAIN_PREFIX = re.compile(
 )
 
 ALLOWED_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
+class SqlConfig(Section):
+    """The `sql:` config section: limits of `ragpulse sql` and `POST /api/sql`."""
+
+    max_rows: int = Field(10_000, gt=0)
+    timeout: float = Field(30.0, gt=0)
 
 
 class QueryError(ValueError):

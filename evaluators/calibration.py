@@ -1,4 +1,4 @@
-"""Judge calibration for `ragpulse calibrate CASES` (DESIGN section 3, issue 4).
+"""Judge calibration for `ragpulse calibrate CASES` (docs/scores.md, "Suites and calibration").
 
 A calibration file is a suite whose cases carry known verdicts (`verdicts: {faithfulness: fail}`)
 and tags (`invented_claim`, `injection`, ...). Every judge

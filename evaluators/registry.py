@@ -1,9 +1,10 @@
-"""Evaluator entries (DESIGN §9: `{name: retrieval.recall@5, min: 0.8}`) -> evaluators.
+"""Evaluator entries (`{name: retrieval.recall@5, min: 0.8}`) -> evaluators.
 
-An entry is a score name of DESIGN §6 plus options: `min` (or its synonym `threshold`), `mode` and
-`judge` (both for the judge variants), and the evaluator's own options (e.g. `coverage` for
-`faithfulness`, `entities` for `context_entity_recall`). Every mistake is a ValueError that names
-the entry and the key, raised when the configuration is read, never while scoring.
+An entry is a score name (docs/scores.md lists them all) plus options: `min` (or its synonym
+`threshold`), `mode` and `judge` (both for the judge variants), and the evaluator's own options (e.g.
+`coverage` for `faithfulness`, `entities` for `context_entity_recall`). Every mistake is a ValueError
+that names the entry and the key, raised when the configuration is read, never while scoring
+(docs/scores.md, "Configuring scores").
 
 Every evaluator has a no-judge variant; these also have a judge variant: `faithfulness` (and its
 aliases; option `mode`: claims | answer), `context_relevance` (option `metric`: share | precision@k |
@@ -19,6 +20,8 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict
+
 from .retrieval import make_retrieval_evaluator
 from .text import FAITHFULNESS_ALIASES, TEXT_EVALUATORS, Evaluator
 
@@ -26,7 +29,7 @@ if TYPE_CHECKING:  # the judge modules (and `openai`) load only when a judge var
     from .judge.client import JudgeClient
 
 # The deterministic set used when the configuration lists no evaluators. Precision@k is left out:
-# DESIGN requires an explicit `min` for it (its reachable maximum depends on k and the case).
+# it requires an explicit `min` (its reachable maximum depends on k and the case).
 DEFAULT_ENTRIES: tuple[dict[str, Any], ...] = (
     {"name": "retrieval.hit@5"},
     {"name": "retrieval.recall@5"},
@@ -44,6 +47,22 @@ JUDGE_NAMES = (
     "answer_relevance",
     "answer_correctness",
 )
+
+
+class EvaluatorEntry(BaseModel):
+    """One `evaluators:` config entry: a score name plus options. Only the common keys are typed
+    here; `check_entries` (or `build_evaluators`) checks the name and every option."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    min: float | None = None
+    threshold: float | None = None
+    mode: str | None = None
+    judge: bool | None = None
+
+    def as_entry(self) -> dict[str, Any]:
+        """The entry as `build_evaluator` takes it (keys left out of the file stay out)."""
+        return self.model_dump(exclude_none=True)
 
 
 def known_names() -> list[str]:
@@ -133,6 +152,20 @@ def build_evaluators(
         except ValueError as exc:
             raise ValueError(f"evaluators[{index}].{exc}") from None
     return built
+
+
+def check_entries(entries: Sequence[Mapping[str, Any]] | None, judge_configured: bool) -> None:
+    """Raise the ValueError `build_evaluators` would raise for these entries (`evaluators[i].key:
+    problem`), without a judge to call: with `judge_configured`, the judge variants are built on a
+    client that is never used, then dropped."""
+    if not judge_configured:
+        build_evaluators(entries)
+        return
+    from .judge.client import JudgeClient
+    from .judge.settings import JudgeSettings
+
+    with JudgeClient(JudgeSettings(model="unused")) as unused:
+        build_evaluators(entries, unused)
 
 
 def _minimum(entry: Mapping[str, Any]) -> float | None:

@@ -5,7 +5,7 @@ Two layers:
 - Pure functions over a ranked list of retrieved ids (`list[str | None]`, rank 1 first) and the
   expected ids: `hit`, `recall`, `precision`, `mrr`, `ndcg`, `average_precision` (score name `map`).
   `k=None` means the whole list. They return None when there are no expected ids (the reference is
-  absent: a null, never a 0 that would drag means down; metrics.md 7.7) and raise
+  absent: a null, never a 0 that would drag means down) and raise
   `MissingDocumentIdError` when a retrieved document has no id.
 - The evaluator layer: `make_retrieval_evaluator(name, min)` checks a config entry such as
   `{name: retrieval.recall@5, min: 0.8}` at start-up (ValueError for unknown names, bad k, a bad or
@@ -16,39 +16,41 @@ Two layers:
   ranks), so a trace changed in place is read again. Each metric's value comes from the same kernel
   as the pure function, so both give the same float.
 
-Conventions (DESIGN.md section 6, "Retrieval metric conventions"; metrics.md section 7):
+Conventions (docs/scores.md, "Retrieval conventions", with worked examples):
 
-- Rank order as reported, never re-sorted by score (7.6: we accept ranked lists, so ties never arise).
-- Duplicates: each id counted once, the first occurrence kept, before any cut at k (7.5), so
+- Rank order as reported, never re-sorted by score (we accept ranked lists, so ties never arise).
+- Duplicates: each id counted once, the first occurrence kept, before any cut at k, so
   `[a, a, b]` ranks b second and `precision@2` is 2/2 when both are expected.
-- precision@k divides by k, also when fewer than k documents were retrieved (7.4; trec_eval, ranx and
-  Phoenix). Whole-list precision divides by the number of (distinct) retrieved documents, as ranx does
-  for k=0; an empty ranking gives 0.
-- recall and AP divide by the number of distinct expected ids, retrievable within k or not (5.1).
-- MRR is cut at k: 1/rank of the first expected id within the top k, else 0 (5.1; ranx cuts too).
+- precision@k divides by k, also when fewer than k documents were retrieved (as trec_eval, ranx and
+  Phoenix do). Whole-list precision divides by the number of (distinct) retrieved documents, as ranx
+  does for k=0; an empty ranking gives 0.
+- recall and AP divide by the number of distinct expected ids, retrievable within k or not.
+- MRR is cut at k: 1/rank of the first expected id within the top k, else 0 (ranx cuts too;
+  trec_eval's recip_rank does not).
 - nDCG: DCG = sum of gain / log2(rank + 1); binary gains, or linear graded gains when `expected` is a
-  mapping id -> grade (7.9: linear, as trec_eval `ndcg_cut` and ranx `ndcg`); the ideal DCG sorts all
+  mapping id -> grade (linear, as trec_eval `ndcg_cut` and ranx `ndcg`); the ideal DCG sorts all
   expected ids by gain and cuts at k, so expected documents that were never retrieved lower the
-  score (unlike Phoenix, which normalises by the retrieved labels only; 7.3).
+  score (unlike Phoenix, which normalises by the retrieved labels only).
 - An empty ranking (a retrieval that returned nothing, or no retrieval step at all) scores 0 on every
-  metric (5.2, trec_eval "all 0"): the expected documents were not found.
-- A retrieved document without an id is an error for retrieval metrics (DESIGN): anywhere in the
-  list, also past k, because an id-less document cannot be deduplicated or matched and the ranking
-  is then not the one the app produced.
+  metric (as trec_eval's "all 0"): the expected documents were not found.
+- A retrieved document without an id is an error for retrieval metrics: anywhere in the list, also
+  past k, because an id-less document cannot be deduplicated or matched and the ranking is then not
+  the one the app produced.
 - No expected ids: `skipped` (label `no_expected_ids`) online; an `error` where the caller says the
-  reference is promised (`require_reference=True`, the `ragpulse eval` case).
+  reference is promised (`require_reference=True`; `ragpulse eval` suites get the same effect for
+  every evaluator from `evaluators.suite`).
 
 Which documents are "retrieved" for a trace: the documents of the trace's `retrieval` steps,
-concatenated in step order (each step's documents in its reported rank order), then deduplicated.
-DESIGN says "several retrieval steps are read in order", so these metrics measure what the
-retrievers returned; `rerank` steps are not read (a reranker's output is what `RagTrace.contexts`
-gives the context_* evaluators). A rank in evidence and explanations is the position in that
-combined, deduplicated ranking; with more than one retrieval step the evidence also names the step
-and the document's own rank there.
+concatenated in step order (each step's documents in its reported rank order), then deduplicated:
+several retrieval steps are read in order, so these metrics measure what the retrievers returned;
+`rerank` steps are not read (a reranker's output is what `RagTrace.contexts` gives the context_*
+evaluators). A rank in evidence and explanations is the position in that combined, deduplicated
+ranking; with more than one retrieval step the evidence also names the step and the document's own
+rank there.
 
-Thresholds: `pass` when value >= `min`. DESIGN fixes "default 1 for hit; required for precision".
-It is silent on the others; they default to 1 as well (every expected document found, ranked
-first / ideally). 1 is reachable for hit, recall, MRR, nDCG and MAP whenever the expected ids fit in
+Thresholds: `pass` when value >= `min`. The default is 1 for hit, and for recall, MRR, nDCG and MAP
+as well (every expected document found, ranked first / ideally); precision has none and requires
+`min`. 1 is reachable for hit, recall, MRR, nDCG and MAP whenever the expected ids fit in
 k, whereas precision@k can reach at most |expected| / k, which is why precision has no default.
 """
 
@@ -74,7 +76,6 @@ DEFAULT_MIN: dict[Metric, float | None] = {
     "ndcg": 1.0,
     "map": 1.0,
 }
-NAME_PREFIX = "retrieval."
 _NAME = re.compile(r"retrieval\.(?P<metric>[a-z]+)(?:@(?P<k>[0-9]+))?")
 
 

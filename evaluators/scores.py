@@ -1,4 +1,4 @@
-"""The score record every evaluator returns (DESIGN.md section 6).
+"""The score record every evaluator returns (docs/scores.md, "Score record").
 
 A score is `name`, `value` (0..1 or None), `status` (`pass` | `fail` | `error` | `skipped`),
 `threshold`, `label`, `explanation` and `items` (`{text, ok, evidence}`, failing items first), plus
@@ -81,7 +81,7 @@ class Score(BaseModel):
     @field_validator("value")
     @classmethod
     def _finite(cls, value: float | None) -> float | None:
-        # NaN slips through ge/le comparisons; a silent NaN is exactly what section 6 forbids.
+        # NaN slips through ge/le comparisons; a score is never a silent NaN (an error has no value).
         if value is not None and not math.isfinite(value):
             raise ValueError("score value must be finite (use status error/skipped with value None)")
         return value

@@ -1,4 +1,4 @@
-"""Offline evaluation suites for `ragpulse eval SUITE` (DESIGN section 3, issue 4).
+"""Offline evaluation suites for `ragpulse eval SUITE` (docs/scores.md, "Suites and calibration").
 
 A suite is a YAML file in the seed-style format:
 
@@ -16,8 +16,8 @@ A suite is a YAML file in the seed-style format:
         answer: You can return items within 30 days.
 
 Each case becomes a `RagTrace` (one retrieval step holding the contexts, one LLM step holding the
-answer) and every evaluator scores it, exactly as online. One difference, from DESIGN section 6: a
-suite case *promises* its reference, so an evaluator that finds none (`no_expected_ids`,
+answer) and every evaluator scores it, exactly as online. One difference (docs/scores.md, "Statuses and
+reason codes"): a suite case *promises* its reference, so an evaluator that finds none (`no_expected_ids`,
 `no_reference`) is an `error` here, where online it is `skipped`.
 
 Results are plain data (`CaseResult`): `--json` writes `[{name, scores: [score records]}]`, JUnit XML
@@ -30,7 +30,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from semconv.models import Document, RagTrace, Step
 
+from .embeddings import Embed
 from .parallel import map_in_order
 from .scores import Score
 
@@ -473,7 +473,6 @@ def retrieval_overlap(before: Sequence[str], after: Sequence[str]) -> float:
     return 1.0 if not a and not b else len(a & b) / len(a | b)
 
 
-Embed = Callable[[Sequence[str]], list[list[float]]]
 PairSimilarity = Callable[[Sequence[tuple[str, str]]], list[float]]
 
 
@@ -499,30 +498,6 @@ def embedding_similarity(embed: Embed) -> PairSimilarity:
         ]
 
     return similarity
-
-
-def openai_embedder(
-    model: str, *, base_url: str | None = None, timeout: float = 30.0, dimensions: int | None = None
-) -> Embed:
-    """`embed(texts)` on an OpenAI-compatible embeddings endpoint; a failure is a `SuiteError`."""
-    import openai
-
-    # Local servers need no key; a real endpoint without one answers 401, reported as a SuiteError.
-    api_key = os.environ.get("OPENAI_API_KEY") or "no-key"
-    client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2)
-
-    def embed(texts: Sequence[str]) -> list[list[float]]:
-        extra: dict[str, Any] = {"dimensions": dimensions} if dimensions else {}
-        try:
-            response = client.embeddings.create(model=model, input=list(texts), **extra)
-        except openai.OpenAIError as exc:
-            raise SuiteError(f"embedding model {model}: {exc}") from None
-        vectors = [item.embedding for item in sorted(response.data, key=lambda item: item.index)]
-        if len(vectors) != len(texts) or len({len(v) for v in vectors}) > 1:
-            raise SuiteError(f"embedding model {model}: {len(vectors)} vector(s) for {len(texts)} text(s)")
-        return vectors
-
-    return embed
 
 
 def _lexical(pairs: Sequence[tuple[str, str]]) -> list[float]:

@@ -5,8 +5,8 @@ not read. A paraphrase with other words looks unsupported, a sentence that reuse
 words to say the opposite ("refunds are *not* possible within 30 days") looks supported, and
 negations, word order and synonyms are invisible (see `evaluators.textutil` for the exact
 tokenising). Use them as cheap, deterministic, always-on signals — in CI without a model, online on
-every trace, as a tripwire for invented numbers — and use the judge versions (DESIGN.md section 6)
-when the verdict matters. Where a judge version exists, the name is the same; what differs:
+every trace, as a tripwire for invented numbers — and use the judge versions (docs/scores.md, "The
+judge") when the verdict matters. Where a judge version exists, the name is the same; what differs:
 
 - `faithfulness` (aliases `groundedness`, `hallucination`): here the share of answer sentences
   *covered* by one document; the judge extracts statements and judges each supported or not.
@@ -35,16 +35,16 @@ Decisions (each evaluator's docstring has the details):
 - Missing input is never a pass and never an error: no answer -> `skipped` `no_answer`; no question
   -> `no_question`; no expected answer -> `no_reference`; documents retrieved but none with text
   recorded -> `no_document_text`; an answer with no checkable sentence (a refusal) ->
-  `skipped` `no_claims` (RAGAS gives NaN for the same reason; metrics.md 7.2).
+  `skipped` `no_claims` (RAGAS gives NaN for the same reason): a null with a reason, not a 0.
 - No documents at all (empty retrieval, or no retrieval step): the context supports nothing, so the
   context scores and faithfulness are 0 (`fail`), as RAGAS gives 0 for an empty context.
 - A document without text among documents with text is read as empty (it supports nothing and is
   not useful); the explanation says how many there were. Documents are named by id, or
   `rank N` when they have none.
-- Default thresholds: faithfulness 1 (every checkable sentence covered; DESIGN's default for the
-  judge's claims mode), context_recall 0.8, context_entity_recall 0.8 (DESIGN), context_precision
-  0.5, context_relevance "at least one relevant document" (DESIGN), answer_correctness 0.7
-  (DESIGN), answer_relevance 0.5, citation 1 ("all valid", DESIGN).
+- Default thresholds (shared by the judge variants where they exist; docs/scores.md per score):
+  faithfulness 1 (every checkable sentence covered, as the judge's claims mode), context_recall 0.8,
+  context_entity_recall 0.8, context_precision 0.5, context_relevance "at least one relevant
+  document", answer_correctness 0.7, answer_relevance 0.5, citation 1 ("all valid").
 
 Every factory checks its options when called (ValueError for a `min` or option out of range) and
 returns a callable `RagTrace -> Score`, like `evaluators.retrieval.make_retrieval_evaluator`.
@@ -405,7 +405,7 @@ def make_context_entity_recall(
     min: float | None = None, *, entities: Sequence[str] | None = None
 ) -> Evaluator:
     """The share of the expected answer's entities (names, numbers, dates; `textutil.entities`) that
-    occur in at least one retrieved document. Default `min` 0.8 (DESIGN).
+    occur in at least one retrieved document. Default `min` 0.8.
 
     With `entities` (a list of strings) those are looked for instead, and no expected answer is
     needed. Matching is by entity key (`March 3, 2026` = `2026-03-03`, `30 days` = `30-day`), names
@@ -550,7 +550,7 @@ def rank_aware_precision(useful: Sequence[bool]) -> float:
     `sum_k (useful in 1..k / k) * v_k / (number useful)`, 0.0 when nothing is useful. Unlike `map@k`
     (evaluators.retrieval), the denominator is the number of useful *retrieved* documents, not the
     number of expected ones, so one useful document at rank 1 scores 1 whatever was missed
-    (metrics.md 7.3); and there is no epsilon, so a perfect list scores exactly 1.
+    (docs/scores.md, "context_precision"); and there is no epsilon, so a perfect list scores exactly 1.
     """
     hits = 0
     total = 0.0
@@ -629,7 +629,7 @@ def make_context_relevance(min: float | None = None, *, relevant: float = 0.5) -
     """No-judge context relevance: the share of documents containing at least `relevant` (default 0.5)
     of the question's topic words (`question_words`).
 
-    Default: pass when at least one document is relevant (DESIGN), recorded as threshold 1/n for n
+    Default: pass when at least one document is relevant, recorded as threshold 1/n for n
     documents; with `min`, pass when the share >= `min`. No documents -> 0 (fail). A question with no
     topic word -> `skipped` `no_question_words`. Items: one per document.
     """
@@ -712,7 +712,7 @@ def token_f1(prediction: str, reference: str) -> float:
 
 def make_answer_correctness(min: float | None = None, *, coverage: float = DEFAULT_COVERAGE) -> Evaluator:
     """No-judge answer correctness: SQuAD token F1 between answer and expected answer. Default `min`
-    0.7 (DESIGN).
+    0.7.
 
     Items explain the value at sentence level: each expected-answer sentence found in the answer or
     not, and each answer sentence not in the expected answer (the faithfulness coverage rule, the

@@ -31,7 +31,6 @@ understanding, not understanding. The rules:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -488,7 +487,3 @@ def entity_in(entity: Entity, index: EntityIndex) -> bool:
         _, _, month_day = body.partition("-")
         return month_day.count("-") == 1 and f"date:--{month_day}" in index.keys
     return False
-
-
-def join_texts(texts: Iterable[str]) -> str:
-    return "\n".join(texts)

@@ -111,13 +111,36 @@ def documents(items: Any) -> list[Document]:
 
 def fill_ids(docs: list[Document], other: list[Document]) -> list[Document]:
     """Give each document without an id the id of the same-rank document of `other`, when both
-    lists are the same length (the span's output JSON, LangChain `Document.id`; the vector
-    database's result events). DESIGN §5 order: own id, then these, then `fill_metadata_ids`."""
+    lists are the same length. Only for two serializations of one list on one span (the flattened
+    documents and the span's output JSON with LangChain's `Document.id`), where rank is identity."""
     if len(other) != len(docs):
         return docs
     for doc, twin in zip(docs, other, strict=True):
         if doc.id is None and twin.id is not None:
             doc.id = twin.id
+    return docs
+
+
+def fill_ids_by_content(docs: list[Document], results: list[Document]) -> list[Document]:
+    """Give each document without an id the id of a database result with exactly the same text.
+
+    For a retriever whose documents carry no id and a vector-database span below it whose results
+    do: the retriever may reorder, drop or rewrite what the database returned (MMR, score
+    thresholds, compressors, several queries), so rank says nothing and only the text links the
+    two. A text the database returned under several ids hands them out in the database's order (the
+    last one repeats); a document whose text is not among the results keeps no id from them."""
+    ids_by_text: dict[str, list[str]] = {}
+    for result in results:
+        if result.id is not None and result.content is not None:
+            ids = ids_by_text.setdefault(result.content, [])
+            if result.id not in ids:
+                ids.append(result.id)
+    for doc in docs:
+        if doc.id is not None or doc.content is None:
+            continue
+        found = ids_by_text.get(doc.content)
+        if found:
+            doc.id = found.pop(0) if len(found) > 1 else found[0]
     return docs
 
 

@@ -1,5 +1,6 @@
-"""A trace's spans -> one `RagTrace`, composing the per-convention mappers by the precedence of
-reference/semconv.md section 6: step type (6.1), field precedence (6.2), tree rules (6.3).
+"""A trace's spans -> one `RagTrace`, composing the per-convention mappers in the precedence that
+docs/conventions.md documents: step kind ("How a step kind is decided"), fields ("How fields are
+read", "Document ids"), tree rules ("Nested spans", "Parallel duplicate trees").
 
 Pure logic, no I/O. `map_trace` never raises: a span it cannot read becomes a `chain` step, and a
 trace with no retrieval / rerank / llm / embedding step keeps `convention = 'unknown'`.
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from semconv import names
-from semconv.documents import fill_ids, fill_metadata_ids
+from semconv.documents import fill_ids, fill_ids_by_content, fill_metadata_ids
 from semconv.mappers import genai, langfuse, langsmith, openinference, openllmetry
 from semconv.mappers.text_fields import question_text
 from semconv.models import RAG_STEP_KINDS, STEP_KINDS, Document, RagTrace, SpanRecord, Step
@@ -60,7 +61,7 @@ NAME_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
 CONVENTION_ORDER = ("ragpulse", "openinference", "langfuse", "langsmith", "openllmetry", "genai", "unknown")
 
 
-# --------------------------------------------------------------------------- step type (6.1)
+# --------------------------------------------------------------------------- step kind
 
 
 def _own_convention(attrs: dict[str, Any]) -> str:
@@ -115,7 +116,7 @@ def _weak_kind(span: SpanRecord) -> tuple[str, str]:
     return "chain", "unknown"
 
 
-# --------------------------------------------------------------------------- fields (6.2)
+# --------------------------------------------------------------------------- fields
 
 
 def _first(*candidates: Callable[[], Any]) -> Any:
@@ -294,7 +295,7 @@ def generic_output(span: SpanRecord) -> str | None:
     )
 
 
-# --------------------------------------------------------------------------- tree rules (6.3)
+# --------------------------------------------------------------------------- tree rules
 
 
 @dataclass(eq=False)
@@ -387,13 +388,10 @@ def _step(top: _Node) -> Step:
                 f["documents"], f["input_documents"], representative = docs, input_docs, node
                 break
         if any(d.id is None for d in f["documents"]):
-            # OpenLLMetry: `vector_db_retrieve` holds the LangChain documents, its `chroma.query`
-            # child the database's ids in result events, same order.
-            for node in order:
-                event_docs = openllmetry.event_documents(node.span.events)
-                if node is not representative and event_docs:
-                    fill_ids(f["documents"], event_docs)
-                    break
+            # OpenLLMetry: `vector_db_retrieve` holds the LangChain documents without ids; the
+            # vector database's span below it (`chroma.query`) has them in its result events.
+            results = [d for node in members for d in openllmetry.event_documents(node.span.events)]
+            fill_ids_by_content(f["documents"], results)
         fill_metadata_ids(f["documents"])
         fill_metadata_ids(f["input_documents"])
         f["query"] = f["input"] = _first_of(order, lambda n: retrieval_query(n.span))
@@ -539,7 +537,7 @@ def _map(spans: list[SpanRecord]) -> RagTrace:
     )
     tops = _group(nodes)
     steps = sorted((_step(t) for t in tops), key=lambda s: (s.start_us or 0, s.span_id))
-    steps = merge_parallel_duplicates(steps, CONVENTION_ORDER)  # two libraries, one call (6.3)
+    steps = merge_parallel_duplicates(steps, CONVENTION_ORDER)  # two libraries, one call
     for position, step in enumerate(steps):
         step.position = position
     starts = [n.span.start_us for n in nodes if n.span.start_us is not None]

@@ -1,4 +1,4 @@
-"""Attribute and event names of the ragpulse convention (OpenTelemetry GenAI plus a few `rag.*` keys)."""
+"""Attribute names of the ragpulse convention (OpenTelemetry GenAI plus a few `rag.*` keys)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ OPERATION_NAME = "gen_ai.operation.name"
 PROVIDER_NAME = "gen_ai.provider.name"
 REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"
-RESPONSE_ID = "gen_ai.response.id"
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
 SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
@@ -18,11 +17,9 @@ RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
 RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"
 RETRIEVAL_TOP_K = "gen_ai.retrieval.top_k"
 
-# Operation names (`rerank` is our extension; there is no standard one).
+# Operation names `semconv.emit` writes (`rerank` is our extension; there is no standard one).
 OP_RETRIEVAL = "retrieval"
 OP_CHAT = "chat"
-OP_EMBEDDINGS = "embeddings"
-OP_EXECUTE_TOOL = "execute_tool"
 OP_RERANK = "rerank"
 
 # ragpulse's own keys
@@ -32,10 +29,3 @@ RAG_ANSWER = "rag.answer"
 RAG_EXPECTED_DOCUMENTS = "rag.expected.documents"
 RAG_EXPECTED_ANSWER = "rag.expected.answer"
 RAG_CASE_ID = "rag.case.id"
-
-# Evaluation results written back (event, since GenAI v1.38)
-EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
-EVALUATION_NAME = "gen_ai.evaluation.name"
-EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
-EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
-EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"

@@ -2,10 +2,10 @@
 
 With, say, OpenInference's and OpenLLMetry's LangChain instrumentations both installed, every
 LangChain run is reported twice: each library's callback handler opens its own span under its own
-parent, so one request has two retriever spans and two LLM spans side by side (reference/semconv.md
-§6.3). Nested duplicates are one step already (the mapper collapses nested same-kind spans); these
-are in different subtrees. Read as they come, the trace would have its retrieval scored twice and
-its tokens counted twice.
+parent, so one request has two retriever spans and two LLM spans side by side (docs/conventions.md,
+"Parallel duplicate trees"). Nested duplicates are one step already (the mapper collapses nested
+same-kind spans); these are in different subtrees. Read as they come, the trace would have its
+retrieval scored twice and its tokens counted twice.
 
 Two steps are one call when they have the same kind (not `chain`: duplicated chain steps change no
 score or sum), come from different conventions, start and end within `TOLERANCE_US` of each other,

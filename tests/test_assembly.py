@@ -12,32 +12,36 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import duckdb
 import httpx
 import pytest
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from prometheus_client.parser import text_string_to_metric_families
 
 from collector.service import BackgroundService, Service
 from semconv import emit
-from tests.conftest import ServeProcess, make_config, sql
-
-T = TypeVar("T")
+from tests.helpers import (
+    Served,
+    ServeProcess,
+    fast_assembler,
+    file_rows,
+    key_values,
+    make_config,
+    metric,
+    post_otlp,
+    sdk_tracer_provider,
+    sql,
+    trace_request,
+    wait_for,
+)
 
 QUESTION = "What is the refund window?"
 ANSWER = "You can get a refund within 30 days."
@@ -73,59 +77,33 @@ def span_hex(n: int) -> str:
     return f"{n:016x}"
 
 
-def _any_value(value: Any) -> AnyValue:
-    out = AnyValue()
-    if isinstance(value, bool):
-        out.bool_value = value
-    elif isinstance(value, int):
-        out.int_value = value
-    elif isinstance(value, float):
-        out.double_value = value
-    elif isinstance(value, str):
-        out.string_value = value
-    elif isinstance(value, list):
-        out.array_value.values.extend(_any_value(v) for v in value)
-    elif isinstance(value, dict):
-        out.kvlist_value.values.extend(KeyValue(key=k, value=_any_value(v)) for k, v in value.items())
-    else:
-        raise TypeError(f"no OTLP value for {value!r}")
-    return out
-
-
 def otlp_request(
     trace_id: str, spans: list[S], base_ns: int, service_name: str = "assembly-test"
 ) -> ExportTraceServiceRequest:
     """One export of `spans`, all of trace `trace_id`."""
-    request = ExportTraceServiceRequest()
-    resource_spans = request.resource_spans.add()
-    resource_spans.resource.attributes.append(KeyValue(key="service.name", value=_any_value(service_name)))
-    scope_spans = resource_spans.scope_spans.add()
-    scope_spans.scope.name = "assembly-test"
     tid = bytes.fromhex(trace_id)
+    built = []
     for s in spans:
-        span = scope_spans.spans.add()
-        span.trace_id = tid
-        span.span_id = bytes.fromhex(span_hex(s.span_id))
+        span = Span(
+            trace_id=tid,
+            span_id=bytes.fromhex(span_hex(s.span_id)),
+            name=s.name,
+            kind=Span.SPAN_KIND_INTERNAL,
+            start_time_unix_nano=base_ns + int(s.start_ms * 1_000_000),
+            end_time_unix_nano=base_ns + int(s.end_ms * 1_000_000),
+            attributes=key_values(s.attrs),
+        )
         if s.parent is not None:
             span.parent_span_id = bytes.fromhex(span_hex(s.parent))
-        span.name = s.name
-        span.kind = Span.SPAN_KIND_INTERNAL
-        span.start_time_unix_nano = base_ns + int(s.start_ms * 1_000_000)
-        span.end_time_unix_nano = base_ns + int(s.end_ms * 1_000_000)
-        span.attributes.extend(KeyValue(key=k, value=_any_value(v)) for k, v in s.attrs.items())
         if s.error:
             span.status.code = Status.STATUS_CODE_ERROR
-    return request
+        built.append(span)
+    return trace_request(built, service_name, "assembly-test")
 
 
 def post(url: str, request: ExportTraceServiceRequest) -> None:
     """POST one protobuf export and require it fully accepted (so it is committed: acknowledged)."""
-    response = httpx.post(
-        f"{url}/v1/traces",
-        content=request.SerializeToString(),
-        headers={"Content-Type": "application/x-protobuf"},
-        timeout=30,
-    )
+    response = post_otlp(url, request.SerializeToString(), "application/x-protobuf")
     assert response.status_code == 200, response.text
     body = ExportTraceServiceResponse.FromString(response.content)
     assert body.partial_success.rejected_spans == 0, body.partial_success.error_message
@@ -197,51 +175,21 @@ def late_llm_span(span_id: int = 6, tokens: tuple[int, int] = (7, 3)) -> S:
 # --------------------------------------------------------------------------- reading results
 
 
-def wait_for(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 15, what: str = "") -> T:
-    """Poll `read()` until `done(value)`; fail with the last value on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what or 'condition'}; last value: {value!r}")
-        time.sleep(0.05)
+def traces_rows(svc: Served | str, where: str = "true") -> list[dict[str, Any]]:
+    return sql(svc, f"SELECT * FROM traces WHERE {where} ORDER BY trace_id")
 
 
-def traces_rows(svc: Service | str, where: str = "true") -> list[dict[str, Any]]:
-    return query(svc, f"SELECT * FROM traces WHERE {where} ORDER BY trace_id")
+def count(svc: Served | str, q: str) -> int:
+    return int(sql(svc, q)[0]["n"])
 
 
-def query(svc: Service | str, q: str) -> list[dict[str, Any]]:
-    if isinstance(svc, str):  # a subprocess server's URL
-        response = httpx.post(f"{svc}/api/sql", json={"query": q}, timeout=30)
-        assert response.status_code == 200, response.text
-        rows: list[dict[str, Any]] = response.json()
-        return rows
-    return sql(svc, q)
-
-
-def count(svc: Service | str, q: str) -> int:
-    return int(query(svc, q)[0]["n"])
-
-
-def wait_traces(svc: Service | str, n: int, where: str = "true", timeout: float = 15) -> list[dict[str, Any]]:
+def wait_traces(svc: Served | str, n: int, where: str = "true", timeout: float = 15) -> list[dict[str, Any]]:
     return wait_for(
-        lambda: traces_rows(svc, where), lambda rows: len(rows) >= n, timeout, f"{n} traces row(s) ({where})"
+        lambda: traces_rows(svc, where),
+        lambda rows: len(rows) >= n,
+        timeout=timeout,
+        what=f"{n} traces row(s) ({where})",
     )
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    """A sample's value on /metrics (0 when a labelled child was never touched)."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    if labels:
-        return 0.0
-    raise AssertionError(f"metric {name} not exposed")
 
 
 def assembled(url: str, reason: str) -> float:
@@ -252,17 +200,12 @@ def in_flight(url: str) -> float:
     return metric(url, "ragpulse_traces_in_flight")
 
 
-def assembler(**values: Any) -> dict[str, Any]:
-    """Assembler settings for tests: short waits, fast polling."""
-    return {"decision_wait": 0.3, "poll_interval": 0.05, **values}
-
-
 # --------------------------------------------------------------------------- when a trace is assembled
 
 
 def test_trace_waits_for_its_root_then_for_decision_wait(tmp_path: Path) -> None:
     wait = 0.5
-    with BackgroundService(make_config(tmp_path, assembler=assembler(decision_wait=wait))) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(decision_wait=wait))) as svc:
         tid = trace_id_of(1)
         spans = rag_spans()
         base = time.time_ns()
@@ -281,7 +224,7 @@ def test_trace_waits_for_its_root_then_for_decision_wait(tmp_path: Path) -> None
         assert (row["assembly_reason"], row["assembly_count"]) == ("complete", 1)
         assert row["question"] == QUESTION and row["answer"] == ANSWER
         # Assembled no earlier than decision_wait after the last span was received.
-        (gap,) = query(
+        (gap,) = sql(
             svc,
             "SELECT epoch_us(assembled_at) - epoch_us(last_received_at) AS us, "
             "epoch_us(last_received_at) = (SELECT max(epoch_us(received_at)) FROM spans) AS last_is_max "
@@ -298,7 +241,7 @@ def test_trace_waits_for_its_root_then_for_decision_wait(tmp_path: Path) -> None
 def test_in_flight_gauge_is_exact_right_after_an_assembly(tmp_path: Path) -> None:
     # A long poll interval keeps the gauge value of the round that assembled the trace visible for
     # a second: it must say 0 traces waiting, not a negative count.
-    cfg = make_config(tmp_path, assembler=assembler(poll_interval=1.0))
+    cfg = make_config(tmp_path, assembler=fast_assembler(poll_interval=1.0))
     with BackgroundService(cfg) as svc:
         send(svc.http_url, trace_id_of(1), rag_spans())
         wait_traces(svc, 1)
@@ -336,12 +279,12 @@ def _nested_trace() -> list[S]:
 
 
 def _rows_without_ids(svc: Service, tid: str) -> dict[str, list[dict[str, Any]]]:
-    traces = query(
+    traces = sql(
         svc,
         f"SELECT * EXCLUDE (trace_id, assembled_at, last_received_at) FROM traces WHERE trace_id = '{tid}'",
     )
-    steps = query(svc, f"SELECT * EXCLUDE (trace_id) FROM steps WHERE trace_id = '{tid}' ORDER BY position")
-    documents = query(
+    steps = sql(svc, f"SELECT * EXCLUDE (trace_id) FROM steps WHERE trace_id = '{tid}' ORDER BY position")
+    documents = sql(
         svc,
         f"SELECT * EXCLUDE (trace_id) FROM documents WHERE trace_id = '{tid}' ORDER BY span_id, stage, rank",
     )
@@ -349,7 +292,7 @@ def _rows_without_ids(svc: Service, tid: str) -> dict[str, list[dict[str, Any]]]
 
 
 def test_out_of_order_exports_give_the_same_rows_as_in_order(tmp_path: Path) -> None:
-    with BackgroundService(make_config(tmp_path, assembler=assembler(decision_wait=0.5))) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(decision_wait=0.5))) as svc:
         spans = {s.span_id: s for s in _nested_trace()}
         base = time.time_ns()
         in_order, shuffled = trace_id_of(1), trace_id_of(2)
@@ -371,7 +314,7 @@ def test_out_of_order_exports_give_the_same_rows_as_in_order(tmp_path: Path) -> 
 
 def test_trace_without_root_is_assembled_at_max_wait_from_its_earliest_orphan(tmp_path: Path) -> None:
     max_wait = 1.0
-    with BackgroundService(make_config(tmp_path, assembler=assembler(max_wait=max_wait))) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(max_wait=max_wait))) as svc:
         tid = trace_id_of(1)
         # Parents 0xaa and 0xbb never arrive; orphan 2 starts before orphan 1; 3 is a child of 1.
         orphans = [
@@ -386,7 +329,7 @@ def test_trace_without_root_is_assembled_at_max_wait_from_its_earliest_orphan(tm
         assert row["root_span_id"] == span_hex(2)
         assert (row["assembly_reason"], row["span_count"]) == ("max_wait", 3)
         assert row["question"] == QUESTION
-        (gap,) = query(
+        (gap,) = sql(
             svc,
             "SELECT epoch_us(t.assembled_at) - (SELECT min(epoch_us(received_at)) FROM spans) AS us "
             "FROM traces t",
@@ -400,7 +343,7 @@ def test_trace_without_root_is_assembled_at_max_wait_from_its_earliest_orphan(tm
 
 
 def _trace_summary(svc: Service, tid: str) -> dict[str, Any]:
-    (row,) = query(
+    (row,) = sql(
         svc,
         "SELECT t.assembly_count, t.assembly_reason, t.span_count, t.step_count, t.input_tokens, "
         "t.output_tokens, "
@@ -417,7 +360,7 @@ def _trace_summary(svc: Service, tid: str) -> dict[str, Any]:
 def test_late_span_reassembles_the_trace_in_place(tmp_path: Path) -> None:
     # max_wait is short: this test is about the rows a re-assembly writes, not about when it runs
     # (test_late_span_is_reassembled_after_decision_wait).
-    with BackgroundService(make_config(tmp_path, assembler=assembler(max_wait=1.0))) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(max_wait=1.0))) as svc:
         tid, other = trace_id_of(1), trace_id_of(2)
         spans = rag_spans()
         base = time.time_ns()
@@ -477,7 +420,7 @@ def test_late_span_is_reassembled_after_decision_wait(tmp_path: Path) -> None:
     # The root of an assembled trace is already stored, so a late child span completes the trace
     # again as soon as it has been idle decision_wait; max_wait is for traces whose root is missing.
     max_wait = 10.0
-    with BackgroundService(make_config(tmp_path, assembler=assembler(max_wait=max_wait))) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(max_wait=max_wait))) as svc:
         tid = trace_id_of(1)
         base = time.time_ns()
         send(svc.http_url, tid, rag_spans(), base)
@@ -499,10 +442,10 @@ def test_late_span_of_a_trace_assembled_before_a_restart_waits_only_decision_wai
     max_wait = 10.0
     tid = trace_id_of(1)
     base = time.time_ns()
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         send(svc.http_url, tid, rag_spans(), base)
         wait_traces(svc, 1)
-    with BackgroundService(make_config(tmp_path, assembler=assembler(max_wait=max_wait))) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(max_wait=max_wait))) as svc:
         send(svc.http_url, tid, [late_llm_span()], base)
         wait_for(
             lambda: _trace_summary(svc, tid),
@@ -523,7 +466,7 @@ def test_late_span_of_a_trace_assembled_before_a_restart_waits_only_decision_wai
 
 
 def test_ten_thousand_span_trace_is_one_row(tmp_path: Path) -> None:
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         tid = trace_id_of(1)
         base = time.time_ns()
         spans = [S(1, None, "rag.request", 0, 10_000, {"rag.question": QUESTION})]
@@ -558,7 +501,7 @@ def test_ten_thousand_span_trace_is_one_row(tmp_path: Path) -> None:
 
 
 def test_max_traces_pressure_assembles_the_oldest_early(tmp_path: Path) -> None:
-    cfg = make_config(tmp_path, assembler=assembler(decision_wait=60, max_wait=120, max_traces=5))
+    cfg = make_config(tmp_path, assembler=fast_assembler(decision_wait=60, max_wait=120, max_traces=5))
     with BackgroundService(cfg) as svc:
         sent = [trace_id_of(n) for n in range(20)]
         gauge = []
@@ -576,7 +519,7 @@ def test_max_traces_pressure_assembles_the_oldest_early(tmp_path: Path) -> None:
         assert assembled(svc.http_url, "pressure") == 15
         assert assembled(svc.http_url, "complete") == 0
         # The five newest are still waiting, each a whole trace.
-        pending = query(
+        pending = sql(
             svc,
             "SELECT trace_id, count(*) AS n FROM spans WHERE trace_id NOT IN (SELECT trace_id FROM traces) "
             "GROUP BY trace_id ORDER BY trace_id",
@@ -587,14 +530,6 @@ def test_max_traces_pressure_assembles_the_oldest_early(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- restarts
 
 
-def _file_rows(db: Path, q: str) -> list[tuple[Any, ...]]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(q).fetchall()
-    finally:
-        con.close()
-
-
 def test_spans_stored_with_the_assembler_off_are_assembled_on_the_next_start(tmp_path: Path) -> None:
     sent = [trace_id_of(n) for n in range(3)]
     with BackgroundService(make_config(tmp_path, assembler={"enabled": False})) as svc:
@@ -603,7 +538,7 @@ def test_spans_stored_with_the_assembler_off_are_assembled_on_the_next_start(tmp
         time.sleep(0.5)
         assert count(svc, "SELECT count(*) AS n FROM spans") == 9
         assert traces_rows(svc) == []
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         rows = wait_traces(svc, 3)
         assert [r["trace_id"] for r in rows] == sent
         assert {(r["assembly_reason"], r["assembly_count"], r["question"]) for r in rows} == {
@@ -617,17 +552,19 @@ def test_stop_before_decision_wait_then_restart_assembles_and_reassembles(tmp_pa
     db = tmp_path / "ragpulse.duckdb"
     first, second = trace_id_of(1), trace_id_of(2)
     base = time.time_ns()
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         send(svc.http_url, first, rag_spans(), base)
         wait_traces(svc, 1)
     # A late span of the assembled trace and a new trace, then a stop long before decision_wait.
-    with BackgroundService(make_config(tmp_path, assembler=assembler(decision_wait=60))) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(decision_wait=60))) as svc:
         send(svc.http_url, first, [late_llm_span()], base)
         send(svc.http_url, second, rag_spans(), base)
-    assert _file_rows(db, "SELECT trace_id, assembly_count, span_count FROM traces") == [(first, 1, 3)]
-    assert _file_rows(db, "SELECT count(*) FROM spans") == [(7,)]
+    assert file_rows(db, "SELECT trace_id, assembly_count, span_count FROM traces") == [
+        {"trace_id": first, "assembly_count": 1, "span_count": 3}
+    ]
+    assert file_rows(db, "SELECT count(*) AS n FROM spans") == [{"n": 7}]
 
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         wait_for(
             lambda: traces_rows(svc),
             lambda rows: len(rows) == 2 and rows[0]["assembly_count"] == 2,
@@ -649,13 +586,8 @@ def post_event(url: str, trace_id: str, span_id: str, name: str, **attributes: A
     record.time_unix_nano = time.time_ns()
     record.trace_id, record.span_id = bytes.fromhex(trace_id), bytes.fromhex(span_id)
     record.event_name = name
-    record.attributes.extend(KeyValue(key=k, value=_any_value(v)) for k, v in attributes.items())
-    response = httpx.post(
-        f"{url}/v1/logs",
-        content=request.SerializeToString(),
-        headers={"Content-Type": "application/x-protobuf"},
-        timeout=30,
-    )
+    record.attributes.extend(key_values(attributes))
+    response = post_otlp(url, request.SerializeToString(), "application/x-protobuf", signal="logs")
     assert response.status_code == 200, response.text
 
 
@@ -664,17 +596,19 @@ def test_a_log_event_stored_after_assembly_is_assembled_after_a_restart(tmp_path
     the next start re-assembles the trace from the store, once."""
     db = tmp_path / "ragpulse.duckdb"
     tid = trace_id_of(3)
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         send(svc.http_url, tid, rag_spans())
         wait_traces(svc, 1)
-    with BackgroundService(make_config(tmp_path, assembler=assembler(decision_wait=60))) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(decision_wait=60))) as svc:
         post_event(
             svc.http_url, tid, span_hex(3), "gen_ai.evaluation.result", **{"gen_ai.evaluation.name": "x"}
         )
-    assert _file_rows(db, "SELECT assembly_count FROM traces") == [(1,)]
-    assert _file_rows(db, "SELECT name, source FROM span_events") == [("gen_ai.evaluation.result", "log")]
+    assert file_rows(db, "SELECT assembly_count FROM traces") == [{"assembly_count": 1}]
+    assert file_rows(db, "SELECT name, source FROM span_events") == [
+        {"name": "gen_ai.evaluation.result", "source": "log"}
+    ]
 
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         rows = wait_for(
             lambda: traces_rows(svc),
             lambda rows: bool(rows) and rows[0]["assembly_count"] == 2,
@@ -683,7 +617,7 @@ def test_a_log_event_stored_after_assembly_is_assembled_after_a_restart(tmp_path
         assert rows[0]["assembly_reason"] == "recovery"
         assert assembled(svc.http_url, "recovery") == 1
     # The event is accounted for now: a further start finds nothing to assemble.
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         time.sleep(0.5)
         assert assembled(svc.http_url, "recovery") == 0
         assert [r["assembly_count"] for r in traces_rows(svc)] == [2]
@@ -718,7 +652,7 @@ def test_sigkill_after_acknowledgement_before_assembly_loses_no_trace(server: Se
 
 
 def test_plain_spans_are_an_unknown_convention_trace(tmp_path: Path) -> None:
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         plain, rag = trace_id_of(1), trace_id_of(2)
         send(
             svc.http_url,
@@ -735,14 +669,14 @@ def test_plain_spans_are_an_unknown_convention_trace(tmp_path: Path) -> None:
         assert (rows[plain]["span_count"], rows[plain]["status"]) == (3, "error")
         assert rows[plain]["mapping_error"] is None
         assert rows[rag]["convention"] == "ragpulse"
-        kinds = query(svc, f"SELECT DISTINCT kind FROM steps WHERE trace_id = '{plain}'")
+        kinds = sql(svc, f"SELECT DISTINCT kind FROM steps WHERE trace_id = '{plain}'")
         assert kinds == [{"kind": "chain"}]
         assert metric(svc.http_url, "ragpulse_traces_unknown_convention_total") == 1
         assert assembled(svc.http_url, "complete") == 2
 
 
 def test_invalid_json_in_attributes_still_assembles(tmp_path: Path) -> None:
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         tid = trace_id_of(1)
         send(
             svc.http_url,
@@ -790,7 +724,7 @@ def test_invalid_json_in_attributes_still_assembles(tmp_path: Path) -> None:
         assert row["mapping_error"] is None
         assert (row["question"], row["convention"], row["span_count"]) == ("q?", "ragpulse", 3)
         assert row["input_tokens"] is None
-        steps = query(svc, "SELECT kind, query FROM steps ORDER BY position")
+        steps = sql(svc, "SELECT kind, query FROM steps ORDER BY position")
         assert steps == [
             {"kind": "chain", "query": None},
             {"kind": "retrieval", "query": "q?"},
@@ -802,7 +736,7 @@ def test_invalid_json_in_attributes_still_assembles(tmp_path: Path) -> None:
 def test_token_counts_at_the_int64_limit_do_not_block_assembly(tmp_path: Path) -> None:
     # OTLP ints are int64: the largest ones are valid on the wire. Their sum must not make the
     # round that holds the trace fail (it would take every other trace of the round with it).
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         big, normal = trace_id_of(1), trace_id_of(2)
         spans = rag_spans(tokens=(2**63 - 1, 2**63 - 1))
         request = otlp_request(big, spans, time.time_ns())
@@ -815,12 +749,6 @@ def test_token_counts_at_the_int64_limit_do_not_block_assembly(tmp_path: Path) -
 
 
 # --------------------------------------------------------------------------- golden cases
-
-
-def _sdk_tracer(url: str, service_name: str) -> TracerProvider:
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces")))
-    return provider
 
 
 def _request_with_sdk(provider: TracerProvider, question: str, case_id: str | None = None) -> str:
@@ -836,7 +764,7 @@ def _request_with_sdk(provider: TracerProvider, question: str, case_id: str | No
 
 
 def test_traces_match_golden_cases_by_question_or_case_id(tmp_path: Path) -> None:
-    with BackgroundService(make_config(tmp_path, assembler=assembler())) as svc:
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
         response = httpx.post(
             f"{svc.http_url}/api/cases",
             json={
@@ -856,7 +784,7 @@ def test_traces_match_golden_cases_by_question_or_case_id(tmp_path: Path) -> Non
         assert response.status_code == 200, response.text
         assert response.json() == {"loaded": 2}
 
-        provider = _sdk_tracer(svc.http_url, "golden-app")
+        provider = sdk_tracer_provider(svc, "golden-app")
         try:
             by_question = _request_with_sdk(provider, "  what is the REFUND window?? ")
             by_id = _request_with_sdk(provider, "Something else entirely", case_id="refund-window")
@@ -892,7 +820,7 @@ def test_worker_process_maps_like_the_thread_and_survives_its_death(tmp_path: Pa
     for workers in (0, 1):
         folder = tmp_path / f"workers-{workers}"
         folder.mkdir()
-        with BackgroundService(make_config(folder, assembler=assembler(workers=workers))) as svc:
+        with BackgroundService(make_config(folder, assembler=fast_assembler(workers=workers))) as svc:
             send(svc.http_url, trace_id_of(1), _nested_trace(), base)
             wait_traces(svc, 1, timeout=30)  # the first job also waits for the spawn
             rows[workers] = _rows_without_ids(svc, trace_id_of(1))

@@ -32,7 +32,15 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.otlp.batch import MAX_ATTRIBUTE_DEPTH
 from collector.service import BackgroundService, Service
-from tests.conftest import make_config, sql
+from tests.helpers import (
+    key_values,
+    make_config,
+    metric_samples,
+    post_otlp,
+    sql,
+    trace_request,
+    trace_request_json,
+)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -111,31 +119,12 @@ def span_proto(obj: dict[str, Any]) -> Span:
     return span
 
 
-def resource_json(service: str) -> dict[str, Any]:
-    return {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]}
-
-
 def request_json(spans: list[Any], service: str | None = None) -> dict[str, Any]:
-    service = service or current_name()
-    return {
-        "resourceSpans": [
-            {
-                "resource": resource_json(service),
-                "scopeSpans": [{"scope": {"name": "bad-input-tests"}, "spans": spans}],
-            }
-        ]
-    }
+    return trace_request_json(spans, service or current_name(), "bad-input-tests")
 
 
 def request_proto(spans: list[dict[str, Any]], service: str | None = None) -> ExportTraceServiceRequest:
-    request = ExportTraceServiceRequest()
-    resource_spans = request.resource_spans.add()
-    json_format.ParseDict(resource_json(service or current_name()), resource_spans.resource)
-    scope_spans = resource_spans.scope_spans.add()
-    scope_spans.scope.name = "bad-input-tests"
-    for obj in spans:
-        scope_spans.spans.append(span_proto(obj))
-    return request
+    return trace_request([span_proto(obj) for obj in spans], service or current_name(), "bad-input-tests")
 
 
 def _varint(value: int) -> bytes:
@@ -163,12 +152,6 @@ def grpc_channel(svc: Service) -> grpc.Channel:
     return grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}", options=[("grpc.enable_http_proxy", 0)])
 
 
-def post(svc: Service, body: Any, content_type: str | None, **headers: str) -> httpx.Response:
-    if content_type is not None:
-        headers["content-type"] = content_type
-    return httpx.post(f"{svc.http_url}/v1/traces", content=body, headers=headers, timeout=20)
-
-
 def export(svc: Service, protocol: str, body: Any) -> ExportTraceServiceResponse:
     """One successful export; `body` is an OTLP/JSON dict (http/json) or a protobuf request."""
     if protocol == "grpc":
@@ -178,11 +161,11 @@ def export(svc: Service, protocol: str, body: Any) -> ExportTraceServiceResponse
             )
             return response
     if protocol == "http/json":
-        reply = post(svc, orjson.dumps(body), JSON)
+        reply = post_otlp(svc, orjson.dumps(body), JSON)
         assert reply.status_code == 200, reply.text
         assert reply.headers["content-type"].startswith(JSON)
         return json_format.Parse(reply.text, ExportTraceServiceResponse())
-    reply = post(svc, body.SerializeToString(), PROTOBUF)
+    reply = post_otlp(svc, body.SerializeToString(), PROTOBUF)
     assert reply.status_code == 200, reply.content
     assert reply.headers["content-type"].startswith(PROTOBUF)
     return ExportTraceServiceResponse.FromString(reply.content)
@@ -282,21 +265,51 @@ def valid_body(size_hint: int) -> tuple[bytes, str]:
 
 def test_truncated_protobuf_body_is_400_with_protobuf_status(service):
     body = request_proto([span_json(new_trace(), new_span())]).SerializeToString()
-    message = protobuf_status(post(service, body[:-5], PROTOBUF), 400, code_pb2.INVALID_ARGUMENT)
+    message = protobuf_status(post_otlp(service, body[:-5], PROTOBUF), 400, code_pb2.INVALID_ARGUMENT)
     assert "not a valid protobuf ExportTraceServiceRequest" in message
     assert stored(service) == set()
     assert_serving(service)
 
 
 def test_garbage_protobuf_body_is_400(service):
-    message = protobuf_status(post(service, b"\xff\xff\xff\xff", PROTOBUF), 400, code_pb2.INVALID_ARGUMENT)
+    message = protobuf_status(
+        post_otlp(service, b"\xff\xff\xff\xff", PROTOBUF), 400, code_pb2.INVALID_ARGUMENT
+    )
     assert "not a valid protobuf" in message
     assert_serving(service)
 
 
+def _request_counts(svc: Service) -> dict[tuple[str, str], float]:
+    """`ragpulse_export_requests_total` by (protocol, outcome), from /metrics."""
+    samples = metric_samples(svc, "ragpulse_export_requests_total")
+    return {(labels["protocol"], labels["outcome"]): value for labels, value in samples}
+
+
+def test_accepted_and_refused_http_requests_count_under_one_protocol_label(tmp_path):
+    with BackgroundService(make_config(tmp_path)) as svc:
+        body = request_proto([span_json(new_trace(), new_span())]).SerializeToString()
+        assert post_otlp(svc, body, PROTOBUF).status_code == 200
+        assert post_otlp(svc, body[:-5], PROTOBUF).status_code == 400
+        assert (
+            post_otlp(svc, orjson.dumps(request_json([span_json(new_trace(), new_span())])), JSON).status_code
+            == 200
+        )
+        assert post_otlp(svc, b"{", JSON).status_code == 400
+        assert post_otlp(svc, body, "text/plain").status_code == 415
+        counts = _request_counts(svc)
+    assert counts == {
+        ("http/protobuf", "ok"): 1,
+        ("http/protobuf", "invalid"): 1,
+        ("http/json", "ok"): 1,
+        ("http/json", "invalid"): 1,
+        # An unknown media type counts under OTLP/HTTP's default encoding.
+        ("http/protobuf", "unsupported"): 1,
+    }
+
+
 def test_wrong_content_type_is_415(service):
     body = request_proto([span_json(new_trace(), new_span())]).SerializeToString()
-    message = json_status(post(service, body, "text/plain"), 415, code_pb2.INVALID_ARGUMENT)
+    message = json_status(post_otlp(service, body, "text/plain"), 415, code_pb2.INVALID_ARGUMENT)
     assert "unsupported Content-Type 'text/plain'" in message
     assert PROTOBUF in message and JSON in message
     assert stored(service) == set()
@@ -305,7 +318,7 @@ def test_wrong_content_type_is_415(service):
 
 def test_missing_content_type_is_415(service):
     body = request_proto([span_json(new_trace(), new_span())]).SerializeToString()
-    reply = post(service, body, None)
+    reply = post_otlp(service, body, None)
     assert "content-type" not in {name.lower() for name in reply.request.headers}
     message = json_status(reply, 415, code_pb2.INVALID_ARGUMENT)
     assert "unsupported Content-Type '(none)'" in message
@@ -314,7 +327,7 @@ def test_missing_content_type_is_415(service):
 
 
 def test_invalid_json_is_400_with_json_status(service):
-    reply = post(service, b'{"resourceSpans": [', JSON)
+    reply = post_otlp(service, b'{"resourceSpans": [', JSON)
     message = json_status(reply, 400, code_pb2.INVALID_ARGUMENT)
     assert message.startswith("body is not valid JSON")
     assert_serving(service)
@@ -341,14 +354,14 @@ def test_invalid_json_is_400_with_json_status(service):
     ],
 )
 def test_json_of_the_wrong_shape_is_400(service, body, expected):
-    message = json_status(post(service, orjson.dumps(body), JSON), 400, code_pb2.INVALID_ARGUMENT)
+    message = json_status(post_otlp(service, orjson.dumps(body), JSON), 400, code_pb2.INVALID_ARGUMENT)
     assert expected in message
     assert_serving(service)
 
 
 def test_unsupported_content_encoding_is_415(service):
     body = request_proto([span_json(new_trace(), new_span())]).SerializeToString()
-    reply = post(service, body, PROTOBUF, **{"content-encoding": "br"})
+    reply = post_otlp(service, body, PROTOBUF, "br")
     message = protobuf_status(reply, 415, code_pb2.INVALID_ARGUMENT)
     assert "unsupported Content-Encoding 'br'" in message
     assert stored(service) == set()
@@ -374,7 +387,7 @@ def _corrupt_gzip(case: str) -> bytes:
     "case", ["not-gzip", "garbage-after-header", "bad-crc", "cut-in-half", "trailer-missing"]
 )
 def test_corrupt_gzip_is_400(service, case):
-    reply = post(service, _corrupt_gzip(case), PROTOBUF, **{"content-encoding": "gzip"})
+    reply = post_otlp(service, _corrupt_gzip(case), PROTOBUF, "gzip")
     message = protobuf_status(reply, 400, code_pb2.INVALID_ARGUMENT)
     assert "gzip" in message
     assert stored(service) == set()
@@ -387,7 +400,7 @@ def test_gzip_and_deflate_bodies_are_accepted(service):
     for encoding, compress in (("gzip", gzip.compress), ("deflate", zlib.compress)):
         trace, span = new_trace(), new_span()
         body = compress(request_proto([span_json(trace, span)]).SerializeToString())
-        reply = post(service, body, PROTOBUF, **{"content-encoding": encoding})
+        reply = post_otlp(service, body, PROTOBUF, encoding)
         assert reply.status_code == 200, reply.content
         assert ExportTraceServiceResponse.FromString(reply.content) == ExportTraceServiceResponse()
         spans.append((trace.hex(), span.hex()))
@@ -574,7 +587,7 @@ def test_resource_with_too_deep_attribute_rejects_its_spans_only(service):
     request = request_proto([span_json(trace, span) for span in goods])
     doomed_name = f"{current_name()}-doomed"
     doomed = request.resource_spans.add()
-    json_format.ParseDict(resource_json(doomed_name), doomed.resource)
+    doomed.resource.attributes.extend(key_values({"service.name": doomed_name}))
     deep = doomed.resource.attributes.add()
     deep.key = "deep"
     deep.value.CopyFrom(json_format.ParseDict(nested_array(40), type(deep.value)()))
@@ -633,7 +646,7 @@ def test_timestamps_past_int64_reject_only_their_span(service, protocol):
 def test_body_over_the_limit_with_content_length_is_413(small_service):
     body, span = valid_body(SMALL_LIMIT + 10_000)
     assert len(body) > SMALL_LIMIT
-    reply = post(small_service, body, PROTOBUF)
+    reply = post_otlp(small_service, body, PROTOBUF)
     assert int(reply.request.headers["content-length"]) == len(body)
     message = protobuf_status(reply, 413, code_pb2.RESOURCE_EXHAUSTED)
     assert f"request body of {len(body)} bytes exceeds the {SMALL_LIMIT} byte limit" == message
@@ -648,7 +661,7 @@ def test_chunked_body_over_the_limit_is_413(small_service):
         for offset in range(0, len(body), 16 * 1024):
             yield body[offset : offset + 16 * 1024]
 
-    reply = post(small_service, chunks(), PROTOBUF)
+    reply = post_otlp(small_service, chunks(), PROTOBUF)
     assert "content-length" not in reply.request.headers
     assert reply.request.headers["transfer-encoding"] == "chunked"
     message = protobuf_status(reply, 413, code_pb2.RESOURCE_EXHAUSTED)
@@ -664,7 +677,7 @@ def test_json_body_over_the_limit_is_413_with_json_status(small_service):
             [span_json(new_trace(), span, attributes=[{"key": "b", "value": {"stringValue": "y" * 90_000}}])]
         )
     )
-    message = json_status(post(small_service, body, JSON), 413, code_pb2.RESOURCE_EXHAUSTED)
+    message = json_status(post_otlp(small_service, body, JSON), 413, code_pb2.RESOURCE_EXHAUSTED)
     assert "exceeds the 65536 byte limit" in message
     assert sql(small_service, f"SELECT count(*) AS n FROM spans WHERE span_id = '{span.hex()}'") == [{"n": 0}]
     assert_serving(small_service)
@@ -686,9 +699,9 @@ def test_body_of_exactly_the_limit_is_accepted_and_one_more_byte_is_not(small_se
     over = body_with(length + 1, new_span())
     assert len(over) == SMALL_LIMIT + 1
 
-    reply = post(small_service, body, PROTOBUF)
+    reply = post_otlp(small_service, body, PROTOBUF)
     assert reply.status_code == 200, reply.content
-    protobuf_status(post(small_service, over, PROTOBUF), 413, code_pb2.RESOURCE_EXHAUSTED)
+    protobuf_status(post_otlp(small_service, over, PROTOBUF), 413, code_pb2.RESOURCE_EXHAUSTED)
     assert stored(small_service) == {(trace.hex(), span.hex())}
     assert_serving(small_service)
 
@@ -716,7 +729,7 @@ def test_gzip_expanding_past_the_limit_is_413(small_service):
     body, span = valid_body(SMALL_LIMIT * 2)
     compressed = gzip.compress(body)
     assert len(compressed) < SMALL_LIMIT
-    reply = post(small_service, compressed, PROTOBUF, **{"content-encoding": "gzip"})
+    reply = post_otlp(small_service, compressed, PROTOBUF, "gzip")
     message = protobuf_status(reply, 413, code_pb2.RESOURCE_EXHAUSTED)
     assert message == f"decompressed body exceeds the {SMALL_LIMIT} byte limit"
     assert sql(small_service, f"SELECT count(*) AS n FROM spans WHERE span_id = '{span}'") == [{"n": 0}]
@@ -745,12 +758,7 @@ def test_compression_bomb_is_413_without_inflating_memory(service, encoding, wbi
     assert len(bomb) < 200 * 1024  # ~100 KB on the wire, 100 MiB once inflated
     before = _rss_bytes()
     # The timeout bounds how long the refusal may take: it must not inflate all 100 MiB first.
-    reply = httpx.post(
-        f"{service.http_url}/v1/traces",
-        content=bomb,
-        headers={"content-type": PROTOBUF, "content-encoding": encoding},
-        timeout=10,
-    )
+    reply = post_otlp(service, bomb, PROTOBUF, encoding, timeout=10)
     growth = _rss_bytes() - before
     limit = service.config.receivers.max_request_bytes
     message = protobuf_status(reply, 413, code_pb2.RESOURCE_EXHAUSTED)
@@ -840,7 +848,7 @@ def test_hand_encoded_protobuf_is_what_protobuf_decodes(service):
     request = ExportTraceServiceRequest.FromString(body)
     value = request.resource_spans[0].scope_spans[0].spans[0].attributes[0].value
     assert value.array_value.values[0].array_value.values[0].array_value.values[0].string_value == "leaf"
-    reply = post(service, body, PROTOBUF)
+    reply = post_otlp(service, body, PROTOBUF)
     assert reply.status_code == 200
     rows = spans_of_test(service, "attributes")
     assert rows == [{"attributes": {"deep": nested_python(3)}}]
@@ -848,7 +856,7 @@ def test_hand_encoded_protobuf_is_what_protobuf_decodes(service):
 
 def test_protobuf_nested_2000_deep_is_400(service):
     body = _deep_protobuf_request(2000)
-    message = protobuf_status(post(service, body, PROTOBUF), 400, code_pb2.INVALID_ARGUMENT)
+    message = protobuf_status(post_otlp(service, body, PROTOBUF), 400, code_pb2.INVALID_ARGUMENT)
     assert "not a valid protobuf ExportTraceServiceRequest" in message
     assert stored(service) == set()
     assert_serving(service)
@@ -862,7 +870,7 @@ def test_json_5000_nested_arrays_is_never_a_server_error(service):
     # Replace the second span's name by 5000 nested arrays.
     index = head.rindex(marker)
     body = head[:index] + b'"name":' + b"[" * 5000 + b"]" * 5000 + head[index + len(b'"name":"op"') :]
-    reply = post(service, body, JSON)
+    reply = post_otlp(service, body, JSON)
     if reply.status_code == 400:
         assert "JSON" in json_status(reply, 400, code_pb2.INVALID_ARGUMENT)
         assert stored(service) == set()
@@ -882,7 +890,7 @@ def test_json_nesting_within_json_limits_but_past_protobuf_limits_rejects_span(s
         span_json(trace, good),
     ]
     # The standard library encoder: orjson refuses to *write* more than 255 levels.
-    reply = post(service, json.dumps(request_json(spans)).encode(), JSON)
+    reply = post_otlp(service, json.dumps(request_json(spans)).encode(), JSON)
     assert reply.status_code == 200, reply.text
     response = json_format.Parse(reply.text, ExportTraceServiceResponse())
     assert response.partial_success.rejected_spans == 1
@@ -907,7 +915,7 @@ def _invalid_utf8_protobuf() -> bytes:
 
 def test_protobuf_string_with_invalid_utf8_is_400(service):
     message = protobuf_status(
-        post(service, _invalid_utf8_protobuf(), PROTOBUF), 400, code_pb2.INVALID_ARGUMENT
+        post_otlp(service, _invalid_utf8_protobuf(), PROTOBUF), 400, code_pb2.INVALID_ARGUMENT
     )
     assert "not a valid protobuf ExportTraceServiceRequest" in message
     assert "UTF-8" in message
@@ -922,7 +930,7 @@ def test_protobuf_string_with_invalid_utf8_is_400(service):
 def test_json_with_invalid_utf8_is_400(service, replacement):
     body = orjson.dumps(request_json([span_json(new_trace(), new_span())]))
     body = body.replace(b'"op"', replacement)
-    message = json_status(post(service, body, JSON), 400, code_pb2.INVALID_ARGUMENT)
+    message = json_status(post_otlp(service, body, JSON), 400, code_pb2.INVALID_ARGUMENT)
     assert message.startswith("body is not valid JSON")
     assert stored(service) == set()
     assert_serving(service)

@@ -7,7 +7,6 @@ prompt it receives and answers a fixed policy, so the expected counts follow fro
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import threading
@@ -18,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import RAGPULSE
+from tests.helpers import REPO, clean_env, run_ragpulse
 from tests.judging import judge_inputs
 from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
 
@@ -119,10 +118,7 @@ def calibrate(
 ) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "cases.yaml"
     path.write_text(yaml.safe_dump(cases or CASES), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
-    env["OPENAI_API_KEY"] = "test"
-    command = [
-        str(RAGPULSE),
+    return run_ragpulse(
         "calibrate",
         str(path),
         "--judge",
@@ -130,8 +126,9 @@ def calibrate(
         "--base-url",
         stub.base_url,
         *args,
-    ]
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        cwd=tmp_path,
+        env=clean_env(OPENAI_API_KEY="test"),
+    )
 
 
 def report(tmp_path: Path) -> dict[tuple[str, str | None], dict[str, Any]]:
@@ -246,7 +243,7 @@ def test_bad_calibration_files_name_the_key(tmp_path: Path) -> None:
     assert result.returncode == 1 and "cases.0.verdicts.faithfulness" in result.stderr
 
 
-SHIPPED = Path(__file__).resolve().parents[1] / "examples" / "calibration" / "cases.yaml"
+SHIPPED = REPO / "examples" / "calibration" / "cases.yaml"
 
 
 def test_the_shipped_set_calibrates_every_judge_evaluator(tmp_path: Path) -> None:

@@ -9,13 +9,10 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import os
-import signal
 import socket
 import struct
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,23 +21,26 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-RAGPULSE = str(Path(sys.executable).parent / "ragpulse")
-if not Path(RAGPULSE).exists():  # pragma: no cover - the venv layout of this repository
-    RAGPULSE = "/work/main/.venv/bin/ragpulse"
+from collector.service import server_file
+from tests.helpers import (
+    RAGPULSE,
+    ServeProcess,
+    clean_env,
+    free_port,
+    key_values,
+    stop_process,
+    trace_request,
+    trace_request_json,
+    wait_for,
+)
 
 TRACE_A = "5b8efff798038103d269b633813fc60c"
 TRACE_B = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 # ---------------------------------------------------------------- running the command
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
-    env.update(extra)
-    return env
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Pending:
     def __init__(self, args: tuple[str, ...], cwd: Path, env: dict[str, str] | None, timeout: float) -> None:
         self._timeout = timeout
         self._proc = subprocess.Popen(
-            [RAGPULSE, *args],
+            [str(RAGPULSE), *args],
             cwd=cwd,
             env=env or clean_env(),
             stdout=subprocess.PIPE,
@@ -110,59 +110,45 @@ def assert_user_errors(runs: list[tuple[Pending, tuple[str, ...]]]) -> None:
     assert not problems, "\n\n".join(problems)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # ---------------------------------------------------------------- capture files
 
 
 def json_doc(trace_id: str, spans: list[tuple[str, str]], service: str = "cli-svc") -> dict[str, Any]:
-    return {
-        "resourceSpans": [
+    return trace_request_json(
+        [
             {
-                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
-                "scopeSpans": [
-                    {
-                        "scope": {"name": "cli-tests"},
-                        "spans": [
-                            {
-                                "traceId": trace_id,
-                                "spanId": span_id,
-                                "name": name,
-                                "kind": 1,
-                                "startTimeUnixNano": "1700000000000000000",
-                                "endTimeUnixNano": "1700000000002000000",
-                                "attributes": [{"key": "step", "value": {"stringValue": name}}],
-                            }
-                            for span_id, name in spans
-                        ],
-                    }
-                ],
+                "traceId": trace_id,
+                "spanId": span_id,
+                "name": name,
+                "kind": 1,
+                "startTimeUnixNano": "1700000000000000000",
+                "endTimeUnixNano": "1700000000002000000",
+                "attributes": [{"key": "step", "value": {"stringValue": name}}],
             }
-        ]
-    }
+            for span_id, name in spans
+        ],
+        service,
+        "cli-tests",
+    )
 
 
 def pb_request(trace_id: str, spans: list[tuple[str, str]], service: str = "cli-svc") -> bytes:
-    request = ExportTraceServiceRequest()
-    rs = request.resource_spans.add()
-    kv = rs.resource.attributes.add()
-    kv.key, kv.value.string_value = "service.name", service
-    ss = rs.scope_spans.add()
-    ss.scope.name = "cli-tests"
-    for span_id, name in spans:
-        span = ss.spans.add()
-        span.trace_id, span.span_id = bytes.fromhex(trace_id), bytes.fromhex(span_id)
-        span.name, span.kind = name, 1
-        span.start_time_unix_nano, span.end_time_unix_nano = (
-            1_700_000_000_000_000_000,
-            1_700_000_000_002_000_000,
-        )
-        attr = span.attributes.add()
-        attr.key, attr.value.string_value = "step", name
+    request = trace_request(
+        [
+            Span(
+                trace_id=bytes.fromhex(trace_id),
+                span_id=bytes.fromhex(span_id),
+                name=name,
+                kind=Span.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=1_700_000_000_000_000_000,
+                end_time_unix_nano=1_700_000_000_002_000_000,
+                attributes=key_values({"step": name}),
+            )
+            for span_id, name in spans
+        ],
+        service,
+        "cli-tests",
+    )
     return request.SerializeToString()
 
 
@@ -325,92 +311,38 @@ def test_sql_on_file_ignores_a_stale_server_file(tmp_path):
 # ---------------------------------------------------------------- a running `ragpulse serve`
 
 
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    db: Path
-    url: str
-    grpc_port: int
-    http_port: int
-    log: Path
-
-
-def start_server(cwd: Path, db: Path, name: str = "serve") -> Server:
-    grpc_port, http_port = free_port(), free_port()
-    log = cwd / f"{name}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                RAGPULSE,
-                "serve",
-                "--db",
-                str(db),
-                "--grpc-port",
-                str(grpc_port),
-                "--http-port",
-                str(http_port),
-            ],
-            cwd=cwd,
-            env=clean_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{http_port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()
-        if Path(f"{db}.server.json").exists():
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    return Server(proc, db, url, grpc_port, http_port, log)
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.05)
-    stop_server(proc)
-    raise AssertionError("ragpulse serve did not become ready: " + log.read_text())
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-            raise AssertionError("ragpulse serve did not stop on SIGTERM") from None
-    return int(proc.returncode)
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     cwd = tmp_path_factory.mktemp("served")
-    srv = start_server(cwd, cwd / "served.duckdb")
+    srv = ServeProcess(cwd / "served.duckdb", cwd / "serve.log")
     try:
+        srv.start()
         yield srv
     finally:
-        stop_server(srv.proc)
+        if srv.proc is not None:
+            srv.terminate(30)
+        srv.cleanup()
 
 
 def test_sql_goes_through_the_advertised_server(server, tmp_path):
     info = orjson.loads(Path(f"{server.db}.server.json").read_bytes())
-    assert info["pid"] == server.proc.pid and info["http_url"] == server.url
+    assert info["pid"] == server.proc.pid and info["http_url"] == server.http_url
     # The file is held by the server: this works only through its API.
     assert count(server.db, tmp_path, "--db", str(server.db)) == count(
-        server.db, tmp_path, "--server", server.url
+        server.db, tmp_path, "--server", server.http_url
     )
-    run = ragpulse("sql", "SELECT 41 + 1 AS x", "--server", server.url, "--format", "json", cwd=tmp_path)
+    run = ragpulse("sql", "SELECT 41 + 1 AS x", "--server", server.http_url, "--format", "json", cwd=tmp_path)
     assert run.json() == [{"x": 42}]
 
 
 def test_replay_through_server_url_and_advertised_db(server, tmp_path):
-    before = count(server.db, tmp_path, "--server", server.url)
+    before = count(server.db, tmp_path, "--server", server.http_url)
     path, requests, rows = write_capture(tmp_path, "jsonl")
-    run = ragpulse("replay", str(path), "--server", server.url, cwd=tmp_path)
+    run = ragpulse("replay", str(path), "--server", server.http_url, cwd=tmp_path)
     assert run.code == 0, run
     assert (
         run.out.strip()
-        == f"replayed {requests} request(s) into {server.url}: {len(rows)} span(s) stored, 0 rejected"
+        == f"replayed {requests} request(s) into {server.http_url}: {len(rows)} span(s) stored, 0 rejected"
     )
     assert count(server.db, tmp_path, "--db", str(server.db)) == before + len(rows)
 
@@ -419,7 +351,7 @@ def test_replay_through_server_url_and_advertised_db(server, tmp_path):
     assert run.code == 0, run
     # The file is held, so the spans went through the server that advertises it.
     assert run.out.strip() == (
-        f"replayed {pb_requests} request(s) into {server.url}: {len(pb_rows)} span(s) stored, 0 rejected"
+        f"replayed {pb_requests} request(s) into {server.http_url}: {len(pb_rows)} span(s) stored, 0 rejected"
     )
     assert count(server.db, tmp_path, "--db", str(server.db)) == before + len(rows) + len(pb_rows)
     names = ragpulse(
@@ -436,7 +368,7 @@ def test_replay_through_server_url_and_advertised_db(server, tmp_path):
 
 def test_server_sql_errors_are_clear(server, tmp_path):
     delete = spawn("sql", "DELETE FROM spans", "--db", str(server.db), cwd=tmp_path)
-    invalid = spawn("sql", "SELEC 1", "--server", server.url, cwd=tmp_path)
+    invalid = spawn("sql", "SELEC 1", "--server", server.http_url, cwd=tmp_path)
     unreachable = spawn("sql", "SELECT 1", "--server", f"http://127.0.0.1:{free_port()}", cwd=tmp_path)
     assert_user_errors(
         [
@@ -461,7 +393,7 @@ def test_serve_on_a_held_db_fails_with_a_clear_error(server, tmp_path):
     assert_user_error(second, "in use by another process", "ragpulse serve")
     # The running server is untouched and still advertised.
     assert orjson.loads(Path(f"{server.db}.server.json").read_bytes())["pid"] == server.proc.pid
-    assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
+    assert httpx.get(f"{server.http_url}/healthz", timeout=5).status_code == 200
 
 
 def test_serve_on_a_busy_http_port_fails_with_a_clear_error(tmp_path):
@@ -507,20 +439,29 @@ def test_serve_on_the_grpc_port_of_another_serve_fails(server, tmp_path):
     log = tmp_path / "second.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [RAGPULSE, "serve", "--db", str(db), "--grpc-port", str(server.grpc_port), "--http-port", "0"],
+            [
+                str(RAGPULSE),
+                "serve",
+                "--db",
+                str(db),
+                "--grpc-port",
+                str(server.grpc_port),
+                "--http-port",
+                "0",
+            ],
             cwd=tmp_path,
             env=clean_env(),
             stdout=subprocess.DEVNULL,
             stderr=out,
         )
-    deadline = time.monotonic() + 20
-    started = False
-    while proc.poll() is None and time.monotonic() < deadline:
-        if Path(f"{db}.server.json").exists():
-            started = True
-            break
-        time.sleep(0.05)
-    code = stop_server(proc)
+    advertised = server_file(db)
+    wait_for(
+        lambda: proc.poll() is not None or advertised.exists(),
+        timeout=20,
+        what="the second ragpulse serve to exit or to advertise itself",
+    )
+    started = advertised.exists()
+    code = stop_process(proc)
     assert not started, (
         f"a second ragpulse serve started on gRPC port {server.grpc_port}, already served by pid "
         f"{server.proc.pid}: {log.read_text()[-300:]}"
@@ -583,7 +524,22 @@ def test_config_errors_name_the_key(tmp_path):
     not_yaml.write_text("store: [unclosed\n")
     not_mapping = tmp_path / "list.yaml"
     not_mapping.write_text("- a\n- b\n")
+    evaluator = tmp_path / "evaluator.yaml"
+    evaluator.write_text("evaluators:\n  - {name: retrieval.recall@5}\n  - {name: no_such_evaluator}\n")
+    option = tmp_path / "option.yaml"
+    option.write_text("evaluators: [{name: retrieval.recall@5, coverage: 0.5}]\n")
+    judge_only = tmp_path / "judge-only.yaml"
+    judge_only.write_text("evaluators: [{name: faithfulness, mode: claims}]\n")
+    db = tmp_path / "never.duckdb"
+    serve = ("serve", "--db", str(db), "--grpc-port", "0", "--http-port", "0")
     runs = [
+        # The service refuses evaluators it could not build before it opens anything.
+        (
+            spawn(*serve, "--config", str(evaluator), cwd=tmp_path),
+            ("evaluators[1].name", "no_such_evaluator"),
+        ),
+        (spawn(*serve, "--config", str(option), cwd=tmp_path), ("evaluators[0].coverage", "unknown option")),
+        (spawn(*serve, "--config", str(judge_only), cwd=tmp_path), ("evaluators[0].mode", "judge")),
         (spawn("sql", "SELECT 1", "--config", str(unknown), cwd=tmp_path), ("store.pth: unknown key",)),
         (spawn("--config", str(bad), "sql", "SELECT 1", cwd=tmp_path), ("receivers.grpc_port", "65535")),
         (spawn("serve", "--config", str(bad), cwd=tmp_path), ("receivers.grpc_port", "65535")),
@@ -598,6 +554,7 @@ def test_config_errors_name_the_key(tmp_path):
         ),
     ]
     assert_user_errors(runs)
+    assert not db.exists()
 
 
 def test_env_overrides(tmp_path, replayed_db):
@@ -725,8 +682,10 @@ def test_datasets_load_goes_through_the_advertised_server(server, tmp_path):
     )
     run = ragpulse("datasets", "load", str(path), "--db", str(server.db), cwd=tmp_path)
     assert run.code == 0, run
-    assert run.out.strip() == f"loaded 1 case(s) from {path} into {server.url}"
-    rows = [r for r in cases_rows(server.db, tmp_path, "--server", server.url) if r["case_id"] == "srv-1"]
+    assert run.out.strip() == f"loaded 1 case(s) from {path} into {server.http_url}"
+    rows = [
+        r for r in cases_rows(server.db, tmp_path, "--server", server.http_url) if r["case_id"] == "srv-1"
+    ]
     assert [(r["question"], r["expected_documents"]) for r in rows] == [
         ("Do you price match?", ["price-match"])
     ]

@@ -38,9 +38,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import SecretStr
 
 from collector.otlp.batch import decode_request
-from collector.processors.span_records import span_records
-from semconv import RAG_STEP_KINDS, RagTrace, SpanRecord, Step
+from collector.store.span_records import span_records
+from semconv import RagTrace, SpanRecord, Step
 from semconv.mapping import map_trace
+from tests.helpers import doc_tuples, one_step, rag_step_kinds
 from tests.openai_stub import OpenAIStub
 
 QUESTION = "What is the refund window?"
@@ -112,12 +113,6 @@ def capture() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
     provider.shutdown()
 
 
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        yield server
-
-
 def received(exporter: InMemorySpanExporter) -> dict[str, list[SpanRecord]]:
     """The exported spans as the collector would store them, by trace id (OTLP protobuf round trip)."""
     batch = decode_request(encode_spans(exporter.get_finished_spans()))
@@ -139,21 +134,6 @@ def root_of(records: list[SpanRecord]) -> SpanRecord:
     roots = [r for r in records if r.parent_span_id is None]
     assert len(roots) == 1
     return roots[0]
-
-
-def rag_kinds(trace: RagTrace) -> list[str]:
-    return [s.kind for s in sorted(trace.steps, key=lambda s: s.position) if s.kind in RAG_STEP_KINDS]
-
-
-def one(trace: RagTrace, kind: str) -> Step:
-    steps = trace.steps_of(kind)
-    assert len(steps) == 1, f"expected one {kind} step, got {[(s.name, s.span_ids) for s in steps]}"
-    return steps[0]
-
-
-def docs(step: Step) -> list[tuple[int, str | None, str | None, float | None]]:
-    """(rank, id, content, score) of a step's documents, in the order the mapper gives them."""
-    return [(d.rank, d.id, d.content, d.score) for d in step.documents]
 
 
 def span_named(records: list[SpanRecord], name: str) -> SpanRecord:
@@ -197,7 +177,7 @@ def assert_langchain_llm_step(llm: Step) -> None:
 
 
 def assert_no_framework_provider(trace: RagTrace) -> None:
-    """`langchain` / `langgraph` on framework spans are not model providers (semconv.md §3.2, §6.2)."""
+    """`langchain` / `langgraph` on framework spans are not model providers."""
     assert {s.provider for s in trace.steps if s.provider is not None} <= {"openai"}
 
 
@@ -230,16 +210,16 @@ def test_openinference_langchain_rag(oi_langchain: InMemorySpanExporter, stub: O
     assert trace.status == "ok"
     # Root CHAIN input.value / output.value.
     assert (trace.question, trace.answer) == (QUESTION, ANSWER)
-    assert rag_kinds(trace) == ["retrieval", "llm"]
+    assert rag_step_kinds(trace) == ["retrieval", "llm"]
 
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert retrieval.name == "VectorStoreRetriever"
     assert retrieval.convention == "openinference"
     assert retrieval.query == QUESTION
     # openinference-instrumentation-langchain puts only content and metadata in retrieval.documents.*;
     # LangChain's Document.id is in output.value's documents[].id, and is the id source when set.
     # No scores: a LangChain retriever does not return them.
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "returns-window", TOP2[0].page_content, None),
         (2, "refunds", TOP2[1].page_content, None),
     ]
@@ -249,7 +229,7 @@ def test_openinference_langchain_rag(oi_langchain: InMemorySpanExporter, stub: O
     ]
     assert trace.retrieved_ids == ["returns-window", "refunds"]
 
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.name == "ChatOpenAI"
     assert llm.convention == "openinference"
     assert (llm.model, llm.provider) == (MODEL_SNAPSHOT, "openai")
@@ -272,11 +252,11 @@ def test_openinference_langchain_llm_error_marks_trace_error(
     assert trace.status == "error"
     assert trace.question == QUESTION
     assert trace.answer is None
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.output is None
     assert (llm.input_tokens, llm.output_tokens) == (None, None)
     # The retrieval before the failure is still there, intact.
-    assert [d.id for d in one(trace, "retrieval").documents] == ["returns-window", "refunds"]
+    assert [d.id for d in one_step(trace, "retrieval").documents] == ["returns-window", "refunds"]
 
 
 @pytest.fixture
@@ -324,20 +304,21 @@ def test_openinference_openai_embedding_and_streamed_chat_under_oitracer_chain(
     trace, records = only_trace(capture[1])
     assert trace.convention == "openinference"
     assert (trace.question, trace.answer) == (QUESTION, "30 days.")
-    assert rag_kinds(trace) == ["embedding", "llm"]
+    assert rag_step_kinds(trace) == ["embedding", "llm"]
 
-    embedding = one(trace, "embedding")
+    embedding = one_step(trace, "embedding")
     assert embedding.name == "CreateEmbeddings"
     assert embedding.model == "text-embedding-3-small"
     # The stub counts one token per word: five for QUESTION.
     assert embedding.input_tokens == 5
 
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.name == "ChatCompletion"
     # Streamed: the instrumentor joins the deltas into llm.output_messages and reads the usage chunk.
     assert llm.output == "30 days."
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (20, 3, 23)
-    # No llm.provider on a custom base_url; llm.system is the fallback (semconv.md §6.2).
+    # No llm.provider on a custom base_url; llm.system is the fallback (docs/conventions.md, "Model and
+    # provider").
     assert (llm.model, llm.provider) == (MODEL, "openai")
     assert llm.input is not None and QUESTION in llm.input
     assert len(records) == 3
@@ -366,7 +347,7 @@ def test_openinference_redacted_output_is_absent(
     assert root_of(records).attributes["output.value"] == "__REDACTED__"
     assert trace.question == QUESTION
     assert trace.answer is None
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.output is None
     assert (llm.model, llm.input_tokens, llm.output_tokens) == (MODEL_SNAPSHOT, 12, 3)
 
@@ -422,24 +403,24 @@ def test_genai_official_openai_with_util_genai_workflow_and_retrieval(
     assert trace.convention == "genai"
     # No root input.value: the first user message of the first llm step, the answer of the last one.
     assert (trace.question, trace.answer) == (QUESTION, ANSWER)
-    assert rag_kinds(trace) == ["embedding", "retrieval", "llm"]
+    assert rag_step_kinds(trace) == ["embedding", "retrieval", "llm"]
 
-    embedding = one(trace, "embedding")
+    embedding = one_step(trace, "embedding")
     assert (embedding.model, embedding.provider, embedding.input_tokens) == (
         "text-embedding-3-small",
         "openai",
         5,
     )
 
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert retrieval.convention == "genai"
     assert retrieval.query == QUESTION
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "returns-window", TOP2[0].page_content, 0.82),
         (2, "refunds", TOP2[1].page_content, 0.5),
     ]
 
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.name == f"chat {MODEL}"
     assert llm.convention == "genai"
     # gen_ai.response.model beats gen_ai.request.model.
@@ -518,14 +499,15 @@ def test_openllmetry_langchain_rag(openllmetry_langchain: InMemorySpanExporter, 
     assert not [r for r in records if r.name == "openai.chat"], "the nested openai span should be suppressed"
     assert trace.convention == "openllmetry"
     assert trace.answer == ANSWER
-    assert rag_kinds(trace) == ["retrieval", "llm"]
+    assert rag_step_kinds(trace) == ["retrieval", "llm"]
 
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert retrieval.name == "vector_db_retrieve VectorStoreRetriever"
     assert retrieval.query == QUESTION
     # traceloop.entity.output keeps page_content and metadata only: Document.id is lost. The id falls
-    # back to metadata `source` (DESIGN.md §5), the nearest thing to an id the span still has.
-    assert docs(retrieval) == [
+    # back to metadata `source` (docs/conventions.md, "Document ids"), the nearest thing to an id the
+    # span still has.
+    assert doc_tuples(retrieval) == [
         (1, "returns.md", TOP2[0].page_content, None),
         (2, "policy.md", TOP2[1].page_content, None),
     ]
@@ -534,7 +516,7 @@ def test_openllmetry_langchain_rag(openllmetry_langchain: InMemorySpanExporter, 
         {"source": "policy.md"},
     ]
 
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.name == "ChatOpenAI.chat"
     assert (llm.model, llm.provider) == (MODEL_SNAPSHOT, "openai")
     assert_langchain_llm_step(llm)
@@ -547,7 +529,7 @@ def test_openllmetry_langchain_rag(openllmetry_langchain: InMemorySpanExporter, 
     assert_no_framework_provider(trace)
     # Last, so that the rest is checked even while this fails: the root's traceloop.entity.input is
     # {"inputs": "<question>", "tags": [], "metadata": {}, "kwargs": {"name": "RunnableSequence"}}
-    # (LangChain callback shape, semconv.md §3.2); the question is `inputs`, not `kwargs.name`.
+    # (LangChain callback shape); the question is `inputs`, not `kwargs.name`.
     assert trace.question == QUESTION
 
 
@@ -571,7 +553,8 @@ def test_two_libraries_on_one_chain_are_one_retrieval_and_one_llm_step(
     openinference_and_openllmetry_langchain: InMemorySpanExporter, stub: OpenAIStub
 ) -> None:
     """Each library's handler reports every run, in its own subtree: parallel duplicate trees
-    (semconv.md §6.3). Each call is one step, read from the richer span; tokens are counted once."""
+    (docs/conventions.md, "Parallel duplicate trees"). Each call is one step, read from the richer
+    span; tokens are counted once."""
     script_answer(stub)
     assert rag_chain(stub.base_url).invoke(QUESTION) == ANSWER
 
@@ -579,9 +562,9 @@ def test_two_libraries_on_one_chain_are_one_retrieval_and_one_llm_step(
     scopes = {r.scope_name for r in records}
     assert scopes == {"openinference.instrumentation.langchain", "opentelemetry.instrumentation.langchain"}
     assert len([r for r in records if "Retriever" in r.name]) == 2  # the duplicate is really there
-    assert rag_kinds(trace) == ["retrieval", "llm"]
+    assert rag_step_kinds(trace) == ["retrieval", "llm"]
 
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     by_name = {r.name: r.span_id for r in records}
     assert set(retrieval.span_ids) == {
         by_name["VectorStoreRetriever"],
@@ -591,7 +574,7 @@ def test_two_libraries_on_one_chain_are_one_retrieval_and_one_llm_step(
     assert retrieval.convention == "openinference" and retrieval.span_id == by_name["VectorStoreRetriever"]
     assert trace.retrieved_ids == ["returns-window", "refunds"]
 
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert set(llm.span_ids) == {by_name["ChatOpenAI"], by_name["ChatOpenAI.chat"]}
     assert_langchain_llm_step(llm)
     assert (trace.input_tokens, trace.output_tokens) == (PROMPT_TOKENS, COMPLETION_TOKENS)  # not twice
@@ -627,10 +610,10 @@ def test_openllmetry_openai_chat_and_embeddings(
     trace, records = only_trace(capture[1])
     assert {r.name for r in records} == {"handle_request", "openai.embeddings", "openai.chat"}
     assert (trace.question, trace.answer) == (QUESTION, ANSWER)
-    assert rag_kinds(trace) == ["embedding", "llm"]
-    embedding = one(trace, "embedding")
+    assert rag_step_kinds(trace) == ["embedding", "llm"]
+    embedding = one_step(trace, "embedding")
     assert (embedding.model, embedding.input_tokens) == ("text-embedding-3-small", 5)
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert (llm.model, llm.provider) == (MODEL_SNAPSHOT, "openai")
     assert llm.output == ANSWER
     # gen_ai.usage.total_tokens is set by OpenLLMetry ≥0.55.
@@ -666,13 +649,13 @@ def test_langsmith_otel_langchain_rag(
     # The root run's inputs are gen_ai.prompt='{"input": "<question>"}'.
     assert trace.question == QUESTION
     # langsmith.span.kind beats gen_ai.operation.name: a retrieval step, and no embedding step.
-    assert rag_kinds(trace) == ["retrieval", "llm"]
+    assert rag_step_kinds(trace) == ["retrieval", "llm"]
 
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert retrieval.convention == "langsmith"
     # gen_ai.prompt = {"query": ...}; gen_ai.completion = {"documents": [{"id", "page_content", "metadata"}]}.
     assert retrieval.query == QUESTION
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "returns-window", TOP2[0].page_content, None),
         (2, "refunds", TOP2[1].page_content, None),
     ]
@@ -681,7 +664,7 @@ def test_langsmith_otel_langchain_rag(
         {"source": "policy.md"},
     ]
 
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.name == "ChatOpenAI"
     # LangSmith sends only the requested model, and gen_ai.system guessed from it.
     assert (llm.model, llm.provider) == (MODEL, "openai")
@@ -732,13 +715,13 @@ def test_langfuse_langchain_callback_rag(
     # The SDK (v5) has no langfuse.trace.input/output; the root observation's input/output say it.
     assert root_of(records).attributes["langfuse.observation.input"] == QUESTION
     assert (trace.question, trace.answer) == (QUESTION, ANSWER)
-    assert rag_kinds(trace) == ["retrieval", "llm"]
+    assert rag_step_kinds(trace) == ["retrieval", "llm"]
 
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert retrieval.convention == "langfuse"
     assert retrieval.query == QUESTION
     # langfuse.observation.output is the JSON list of Documents, ids included.
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "returns-window", TOP2[0].page_content, None),
         (2, "refunds", TOP2[1].page_content, None),
     ]
@@ -747,7 +730,7 @@ def test_langfuse_langchain_callback_rag(
         {"source": "policy.md"},
     ]
 
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.name == "ChatOpenAI"
     assert llm.model == MODEL_SNAPSHOT
     # output is '{"role": "assistant", "content": "..."}'; usage_details '{"input", "output", "total"}'.
@@ -819,20 +802,20 @@ def test_langfuse_manual_observations_and_openai_wrapper(
     assert trace.convention == "langfuse"
     # Root observation input is {"question": ...}.
     assert (trace.question, trace.answer) == (QUESTION, ANSWER)
-    assert rag_kinds(trace) == ["embedding", "retrieval", "llm"]
-    embedding = one(trace, "embedding")
+    assert rag_step_kinds(trace) == ["embedding", "retrieval", "llm"]
+    embedding = one_step(trace, "embedding")
     assert (embedding.model, embedding.input_tokens) == ("text-embedding-3-small", 5)
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert retrieval.query == QUESTION
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "returns-window", TOP2[0].page_content, 0.82),
         (2, "refunds", TOP2[1].page_content, 0.5),
     ]
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.model == MODEL_SNAPSHOT
     assert llm.output == ANSWER
     # Last: usage_details here is {"prompt_tokens", "completion_tokens", "total_tokens"} (the raw OpenAI
-    # usage; Langfuse's server normalises it), not the {"input", "output", "total"} of semconv.md §6.2.
+    # usage; Langfuse's server normalises it), not Langfuse's own {"input", "output", "total"}.
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (812, 64, 876)
 
 
@@ -855,10 +838,10 @@ def test_langfuse_evaluator_observation(
     trace, records = only_trace(capture[1])
     assert span_named(records, "faithfulness").attributes["langfuse.observation.type"] == "evaluator"
     # The judge has a model and usage, but it is not the app's llm step.
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert (llm.name, llm.model, llm.input_tokens, llm.output_tokens) == ("answer", MODEL, 9, 8)
     assert trace.answer == ANSWER
-    # langfuse.observation.type="evaluator" is an evaluator step (semconv.md §6.1; Step.kind has it).
+    # langfuse.observation.type="evaluator" is an evaluator step (Step.kind has it).
     assert [s.name for s in trace.steps_of("evaluator")] == ["faithfulness"]
 
 

@@ -1,12 +1,13 @@
-"""The mapper fed with spans of conventions (and eras) that no installable library emits any more.
+"""The mapper fed with spans of conventions (and eras) that no installable library emits any more, or
+that come from libraries this project does not install (vector databases).
 
-The spans are built as `SpanRecord`s, the shape the collector hands the mapper, from the examples in
-shared/reference/semconv.md (section numbers below refer to it): OpenLLMetry's legacy
-`gen_ai.prompt.<i>.*` era, vector-DB result events (Chroma, Pinecone, Milvus), LangSmith's
-`gen_ai.prompt` / `gen_ai.completion` blobs, Langfuse's `langfuse.*` keys, GenAI before v1.37,
-and OpenInference shapes the LangChain instrumentor never produces (LlamaIndex nesting, rerankers,
-evaluators, redaction). Libraries that still emit their convention are driven for real in
-tests/test_conventions_real.py.
+The spans are built as `SpanRecord`s, the shape the collector hands the mapper, from the shapes each
+convention documents (and, where a test says so, from spans captured from the real library):
+OpenLLMetry's legacy `gen_ai.prompt.<i>.*` era, vector-DB result events (Chroma, Pinecone, Milvus),
+LangSmith's `gen_ai.prompt` / `gen_ai.completion` blobs, Langfuse's `langfuse.*` keys, GenAI before
+v1.37, and OpenInference shapes the LangChain instrumentor never produces (LlamaIndex nesting,
+rerankers, evaluators, redaction). Libraries that still emit their convention and that the project
+installs are driven for real in tests/test_conventions_real.py.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from semconv import RAG_STEP_KINDS, EventRecord, RagTrace, SpanRecord, Step
+from semconv import EventRecord, RagTrace, SpanRecord
 from semconv.mapping import map_trace
+from tests.helpers import doc_tuples, one_step, rag_step_kinds, step_kinds
 
 QUESTION = "What is the refund window?"
 ANSWER = "You can get a refund within 30 days."
@@ -76,24 +78,6 @@ class TraceBuilder:
         return map_trace(list(self.spans))
 
 
-def one(trace: RagTrace, kind: str) -> Step:
-    steps = trace.steps_of(kind)
-    assert len(steps) == 1, f"expected one {kind} step, got {[(s.name, s.span_ids) for s in steps]}"
-    return steps[0]
-
-
-def docs(step: Step) -> list[tuple[int, str | None, str | None, float | None]]:
-    return [(d.rank, d.id, d.content, d.score) for d in step.documents]
-
-
-def kinds(trace: RagTrace) -> list[str]:
-    return [s.kind for s in sorted(trace.steps, key=lambda s: s.position)]
-
-
-def rag_kinds(trace: RagTrace) -> list[str]:
-    return [k for k in kinds(trace) if k in RAG_STEP_KINDS]
-
-
 def dumps(value: Any) -> str:
     return json.dumps(value)
 
@@ -112,8 +96,8 @@ GENAI_SYSTEM = [{"type": "text", "content": SYSTEM}]
 
 
 def genai_rag(structured: bool) -> TraceBuilder:
-    """§1.6: a retrieval span and a chat span under the app's plain root span. `structured` sends the
-    "any" attributes as OTLP arrays/kvlists (lists and dicts here) instead of JSON strings (§1.3)."""
+    """GenAI v1.40+: a retrieval span and a chat span under the app's plain root span. `structured`
+    sends the "any" attributes as OTLP arrays/kvlists (lists and dicts here) instead of JSON strings."""
     encode = (lambda v: v) if structured else dumps
     t = TraceBuilder()
     root = t.span("POST /ask", kind="SERVER")
@@ -157,20 +141,20 @@ def genai_rag(structured: bool) -> TraceBuilder:
 def test_genai_retrieval_and_chat(structured: bool) -> None:
     trace = genai_rag(structured).map()
     assert trace.convention == "genai"
-    assert kinds(trace) == ["chain", "retrieval", "llm"]
+    assert step_kinds(trace) == ["chain", "retrieval", "llm"]
     # No root I/O: the first user message of the first llm step, and that step's answer.
     assert trace.question == CONTEXT_PROMPT
     assert trace.answer == ANSWER
 
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert (retrieval.query, retrieval.convention) == (QUESTION, "genai")
     # `content` is an extension property; the second document has none, and no content is made up.
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "file-1#c3", "Refunds within 30 days...", 0.83),
         (2, "file-2#c1", None, 0.71),
     ]
 
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert (llm.model, llm.provider, llm.convention) == ("gpt-4o-mini-2024-07-18", "openai", "genai")
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (812, 64, 876)
     assert llm.output == ANSWER
@@ -194,8 +178,8 @@ def test_genai_distance_never_becomes_score_and_missing_ids_stay_none() -> None:
         },
         kind="CLIENT",
     )
-    retrieval = one(t.map(), "retrieval")
-    assert docs(retrieval) == [
+    retrieval = one_step(t.map(), "retrieval")
+    assert doc_tuples(retrieval) == [
         (1, "a", "closest", None),
         (2, None, "no id, scored", 0.4),
         (3, None, "no id, distance", None),
@@ -205,7 +189,7 @@ def test_genai_distance_never_becomes_score_and_missing_ids_stay_none() -> None:
 
 def test_genai_prompt_name_is_not_a_message() -> None:
     """`gen_ai.prompt.name` (v1.39) shares the `gen_ai.prompt` prefix; only `gen_ai.prompt.<digit>.` are
-    OpenLLMetry messages (§6.4)."""
+    OpenLLMetry messages."""
     t = TraceBuilder()
     t.span(
         "chat gpt-4o-mini",
@@ -220,7 +204,7 @@ def test_genai_prompt_name_is_not_a_message() -> None:
         },
         kind="CLIENT",
     )
-    llm = one(t.map(), "llm")
+    llm = one_step(t.map(), "llm")
     assert llm.input is not None and QUESTION in llm.input
     assert "refund-policy-prompt" not in llm.input
     assert llm.output == ANSWER
@@ -228,7 +212,7 @@ def test_genai_prompt_name_is_not_a_message() -> None:
 
 def test_genai_v126_span_deprecated_names() -> None:
     """≤ v1.26: `gen_ai.system`, `gen_ai.usage.prompt_tokens`/`completion_tokens`, no operation name
-    (it came in v1.27): the token counts say llm (§6.1 rule 4)."""
+    (it came in v1.27): the token counts are evidence of an llm step."""
     t = TraceBuilder()
     t.span(
         "chat gpt-4",
@@ -249,14 +233,14 @@ def test_genai_v126_span_deprecated_names() -> None:
         ],
     )
     trace = t.map()
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert (llm.model, llm.provider) == ("gpt-4-0613", "openai")
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (42, 7, 49)
 
 
 def test_genai_deprecated_message_events_as_span_events() -> None:
     """v1.28-v1.36 per-message events (`gen_ai.user.message`, `gen_ai.choice`), attached to the span as
-    span events: a span event has no body, so the body's fields arrive as event attributes (§1.5)."""
+    span events: a span event has no body, so the body's fields arrive as event attributes."""
     t = TraceBuilder()
     t.span(
         "chat gpt-4o-mini",
@@ -283,7 +267,7 @@ def test_genai_deprecated_message_events_as_span_events() -> None:
         ],
     )
     trace = t.map()
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert (llm.model, llm.provider, llm.input_tokens, llm.output_tokens) == ("gpt-4o-mini", "openai", 30, 9)
     assert llm.output == ANSWER
     assert llm.input is not None and QUESTION in llm.input
@@ -291,7 +275,7 @@ def test_genai_deprecated_message_events_as_span_events() -> None:
 
 
 def test_genai_chat_without_content_is_unscorable_not_an_error() -> None:
-    """Content capture is opt-in (§6.4): an llm step with no text is normal."""
+    """Content capture is opt-in: an llm step with no text is normal."""
     t = TraceBuilder()
     t.span(
         "chat gpt-4o-mini",
@@ -305,7 +289,7 @@ def test_genai_chat_without_content_is_unscorable_not_an_error() -> None:
         kind="CLIENT",
     )
     trace = t.map()
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert (llm.input, llm.output) == (None, None)
     assert (trace.question, trace.answer, trace.status) == (None, None, "ok")
 
@@ -314,7 +298,7 @@ def test_genai_chat_without_content_is_unscorable_not_an_error() -> None:
 
 
 def openllmetry_legacy_chat(**overrides: Any) -> dict[str, Any]:
-    """§3.4 legacy (≤0.54) LLM span attributes: flattened prompt/completion, no operation name."""
+    """OpenLLMetry's legacy (≤0.54) LLM span attributes: flattened prompt/completion, no operation name."""
     attributes: dict[str, Any] = {
         "gen_ai.system": "openai",
         "llm.request.type": "chat",
@@ -359,7 +343,7 @@ def test_openllmetry_legacy_llm_span(overrides: dict[str, Any], provider: str) -
     t = TraceBuilder()
     t.span("openai.chat", openllmetry_legacy_chat(**overrides), kind="CLIENT")
     trace = t.map()
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert (llm.model, llm.provider) == ("gpt-4o-mini-2024-07-18", provider)
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (812, 64, 876)
     assert llm.output == ANSWER
@@ -396,7 +380,8 @@ CHROMA_HITS = (
 
 
 def test_openllmetry_chroma_query_events_are_the_documents() -> None:
-    """§3.3: Chroma results are `db.query.result` span events; distance (lower is closer) is not a score."""
+    """OpenLLMetry's Chroma results are `db.query.result` span events; distance (lower is closer) is
+    not a score."""
     t = TraceBuilder()
     root = t.span(
         "answer_question.workflow",
@@ -404,8 +389,8 @@ def test_openllmetry_chroma_query_events_are_the_documents() -> None:
     )
     t.span("chroma.query", CHROMA_SPAN, parent=root, events=chroma_results(*CHROMA_HITS))
     trace = t.map()
-    retrieval = one(trace, "retrieval")
-    assert docs(retrieval) == [
+    retrieval = one_step(trace, "retrieval")
+    assert doc_tuples(retrieval) == [
         (1, "doc-17", "Refunds within 30 days...", None),
         (2, "doc-4", "Shipping takes 5 days.", None),
     ]
@@ -415,8 +400,8 @@ def test_openllmetry_chroma_query_events_are_the_documents() -> None:
 
 
 def test_openllmetry_langchain_retriever_over_chroma_is_one_step() -> None:
-    """§3.4: `vector_db_retrieve VectorStoreRetriever` ⊃ `chroma.query` collapse into one retrieval step,
-    and the same two hits are not listed twice."""
+    """OpenLLMetry ≥0.53: `vector_db_retrieve VectorStoreRetriever` ⊃ `chroma.query` collapse into one
+    retrieval step, and the same two hits are not listed twice."""
     entity_input = {"query": QUESTION, "tags": [], "metadata": {}, "kwargs": {}}
     entity_output = {
         "documents": [
@@ -454,7 +439,7 @@ def test_openllmetry_langchain_retriever_over_chroma_is_one_step() -> None:
     )
     chroma = t.span("chroma.query", CHROMA_SPAN, parent=retriever, events=chroma_results(*CHROMA_HITS))
     trace = t.map()
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert set(retrieval.span_ids) == {retriever.span_id, chroma.span_id}
     assert retrieval.query == QUESTION
     assert [(d.rank, d.content) for d in retrieval.documents] == [
@@ -467,8 +452,133 @@ def test_openllmetry_langchain_retriever_over_chroma_is_one_step() -> None:
     assert [s.provider for s in trace.steps] == [None, None]
 
 
+# A LangChain `VectorStoreRetriever` over Chroma with OpenLLMetry's LangChain and Chroma instrumentations,
+# as captured from opentelemetry-instrumentation-langchain 0.62.4 and opentelemetry-instrumentation-chromadb
+# 0.62.4 over chromadb 1.5.9 and langchain-chroma 1.1.0 (an in-memory `EphemeralClient`, spans read
+# from the SDK's InMemorySpanExporter; only the test's own names and texts differ). The three chunks
+# come from one file, so they share metadata `source`; the retriever span's `traceloop.entity.output`
+# drops LangChain's `Document.id`, while the `chroma.query` span below it reports one
+# `db.query.result` event per hit with Chroma's id.
+POLICY_CHUNKS = {
+    "chunk-refunds": "Refunds are accepted for 30 days.",
+    "chunk-window": "The return window closes 30 days after delivery; the refund goes to the card.",
+    "chunk-ship": "Shipping takes 5 business days.",
+}
+REWRITTEN_WINDOW = "The return window closes 30 days after delivery."  # what a compressor could keep
+
+
+def langchain_retriever_over_chroma(returned: list[str], hits: list[tuple[str, float]]) -> TraceBuilder:
+    """`returned`: the texts of the retriever's documents, in its order; `hits`: (Chroma id, distance)
+    of the results the `chroma.query` span reports, in the database's order."""
+    entity_input = {
+        "query": QUESTION,
+        "tags": ["Chroma", "KeywordEmbeddings"],
+        "metadata": {
+            "ls_retriever_name": "vectorstore",
+            "ls_vector_store_provider": "Chroma",
+            "ls_embedding_provider": "KeywordEmbeddings",
+        },
+        "kwargs": {"name": "VectorStoreRetriever"},
+    }
+    entity_output = {
+        "documents": [{"page_content": text, "metadata": {"source": "policy.md"}} for text in returned],
+        "count": len(returned),
+    }
+    t = TraceBuilder()
+    retriever = t.span(
+        "vector_db_retrieve VectorStoreRetriever",
+        {
+            "traceloop.workflow.name": "",
+            "traceloop.entity.path": "",
+            "traceloop.association.properties.ls_retriever_name": "vectorstore",
+            "traceloop.association.properties.ls_vector_store_provider": "Chroma",
+            "traceloop.association.properties.ls_embedding_provider": "KeywordEmbeddings",
+            "gen_ai.operation.name": "vector_db_retrieve",
+            "gen_ai.provider.name": "langchain",
+            "traceloop.span.kind": "task",
+            "traceloop.entity.name": "VectorStoreRetriever",
+            "traceloop.entity.input": dumps(entity_input),
+            "gen_ai.task.input": dumps(entity_input),
+            "gen_ai.task.status": "success",
+            "traceloop.entity.output": dumps(entity_output),
+            "gen_ai.task.output": dumps(entity_output),
+        },
+        kind="CLIENT",
+    )
+    t.span(
+        "chroma.query",
+        {
+            "db.system": "chroma",
+            "db.operation": "query",
+            "db.chroma.query.embeddings_count": 1,
+            "db.chroma.query.n_results": len(hits),
+        },
+        parent=retriever,
+        events=[
+            (
+                "db.query.result",
+                {
+                    "db.query.result.id": chunk_id,
+                    "db.query.result.distance": distance,
+                    "db.query.result.metadata": dumps({"source": "policy.md"}),
+                    "db.query.result.document": POLICY_CHUNKS[chunk_id],
+                },
+            )
+            for chunk_id, distance in hits
+        ],
+    )
+    return t
+
+
+@pytest.mark.parametrize(
+    ("returned", "hits", "ids"),
+    [
+        # Similarity search (captured): the database's order, all of its hits.
+        (
+            ["chunk-refunds", "chunk-window"],
+            [("chunk-refunds", 2.0), ("chunk-window", 2.0)],
+            ["chunk-refunds", "chunk-window"],
+        ),
+        # MMR search (captured with k=2, fetch_k=3): Chroma returns three, the retriever keeps two of
+        # them in another order.
+        (
+            ["chunk-window", "chunk-ship"],
+            [("chunk-refunds", 2.0), ("chunk-window", 2.0), ("chunk-ship", 4.0)],
+            ["chunk-window", "chunk-ship"],
+        ),
+        # As many documents as hits, in the reverse order: rank would swap the ids.
+        (
+            ["chunk-window", "chunk-refunds"],
+            [("chunk-refunds", 2.0), ("chunk-window", 2.0)],
+            ["chunk-window", "chunk-refunds"],
+        ),
+        # The second text was rewritten after the search: it has no hit, so it keeps the metadata
+        # `source` fallback, not the id of the hit in its rank.
+        (
+            ["chunk-refunds", REWRITTEN_WINDOW],
+            [("chunk-refunds", 2.0), ("chunk-window", 2.0)],
+            ["chunk-refunds", "policy.md"],
+        ),
+    ],
+    ids=["similarity", "mmr-fewer-reordered", "same-length-reversed", "one-text-rewritten"],
+)
+def test_openllmetry_retriever_takes_the_chroma_ids_by_text(
+    returned: list[str], hits: list[tuple[str, float]], ids: list[str]
+) -> None:
+    texts = [POLICY_CHUNKS.get(name, name) for name in returned]
+    t = langchain_retriever_over_chroma(texts, hits)
+    trace = t.map()
+    retrieval = one_step(trace, "retrieval")
+    assert retrieval.span_ids == [s.span_id for s in t.spans]
+    assert retrieval.query == QUESTION
+    assert [(d.rank, d.content) for d in retrieval.documents] == list(enumerate(texts, start=1))
+    # The retriever's own metadata stays; only the missing id is filled.
+    assert [d.metadata for d in retrieval.documents] == [{"source": "policy.md"}] * len(texts)
+    assert trace.retrieved_ids == ids
+
+
 def test_openllmetry_pinecone_scores_and_python_repr_metadata() -> None:
-    """§3.3: Pinecone results carry id, score and `str(dict)` metadata (not JSON)."""
+    """OpenLLMetry's Pinecone results carry id, score and `str(dict)` metadata (not JSON)."""
     t = TraceBuilder()
     t.span(
         "pinecone.query",
@@ -503,7 +613,7 @@ def test_openllmetry_pinecone_scores_and_python_repr_metadata() -> None:
             ("db.query.embeddings", {"db.query.embeddings.vector": [0.1, 0.2]}),
         ],
     )
-    retrieval = one(t.map(), "retrieval")
+    retrieval = one_step(t.map(), "retrieval")
     assert [(d.rank, d.id, d.score, d.distance) for d in retrieval.documents] == [
         (1, "vec-1", 0.83, None),
         (2, "vec-9", 0.71, None),
@@ -515,7 +625,7 @@ def test_openllmetry_pinecone_scores_and_python_repr_metadata() -> None:
 
 
 def test_openllmetry_milvus_search_string_distance() -> None:
-    """§3.3: Milvus search results are `db.search.result` events whose distance is a string."""
+    """OpenLLMetry's Milvus search results are `db.search.result` events whose distance is a string."""
     t = TraceBuilder()
     t.span(
         "milvus.search",
@@ -532,7 +642,7 @@ def test_openllmetry_milvus_search_string_distance() -> None:
             ),
         ],
     )
-    retrieval = one(t.map(), "retrieval")
+    retrieval = one_step(t.map(), "retrieval")
     assert [(d.rank, d.id, d.score, d.distance) for d in retrieval.documents] == [
         (1, "11", None, 0.31),
         (2, "12", None, 0.5),
@@ -540,7 +650,7 @@ def test_openllmetry_milvus_search_string_distance() -> None:
 
 
 def test_openllmetry_llamaindex_retriever_node_list() -> None:
-    """§3.2 / §6.2: OpenLLMetry's LlamaIndex retriever span is `<Class>.task` with the query in
+    """OpenLLMetry's LlamaIndex retriever span is `<Class>.task` with the query in
     `str_or_query_bundle` and NodeWithScore items as JSON-encoded strings in `traceloop.entity.output`."""
     nodes = [
         {
@@ -568,9 +678,9 @@ def test_openllmetry_llamaindex_retriever_node_list() -> None:
         },
         parent=root,
     )
-    retrieval = one(t.map(), "retrieval")
+    retrieval = one_step(t.map(), "retrieval")
     assert retrieval.query == QUESTION
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "n-1", "Refunds within 30 days...", 0.82),
         (2, "n-2", "Shipping takes 5 days.", 0.4),
     ]
@@ -578,7 +688,7 @@ def test_openllmetry_llamaindex_retriever_node_list() -> None:
 
 def test_openllmetry_root_entity_input_gives_the_question() -> None:
     """The LangChain callback's root `traceloop.entity.input` is {"inputs": {...}, "tags", "metadata",
-    "kwargs"} (§3.2); its question beats the first llm step's (templated) user message."""
+    "kwargs"}; its question beats the first llm step's (templated) user message."""
     t = TraceBuilder()
     root = t.span(
         "RetrievalQA.workflow",
@@ -599,7 +709,7 @@ def test_openllmetry_root_entity_input_gives_the_question() -> None:
         "ChatOpenAI.chat", openllmetry_legacy_chat(**{"gen_ai.completion.0.content": "30 days."}), parent=root
     )
     trace = t.map()
-    assert one(trace, "llm").output == "30 days."
+    assert one_step(trace, "llm").output == "30 days."
     assert (trace.question, trace.answer) == (QUESTION, ANSWER)
 
 
@@ -622,9 +732,9 @@ def test_langchain_provider_is_not_a_provider() -> None:
         kind="CLIENT",
     )
     trace = t.map()
-    assert kinds(trace) == ["chain", "llm"]
+    assert step_kinds(trace) == ["chain", "llm"]
     assert [s.provider for s in trace.steps] == [None, None]
-    assert one(trace, "llm").model == "local-model"
+    assert one_step(trace, "llm").model == "local-model"
 
 
 # -- LangSmith ---------------------------------------------------------------------------------------------
@@ -642,7 +752,8 @@ def langsmith(kind: str, operation: str, **attributes: Any) -> dict[str, Any]:
 
 
 def test_langsmith_runs() -> None:
-    """§4.1: retriever runs say gen_ai.operation.name=embeddings (sic); langsmith.span.kind wins."""
+    """LangSmith's OTel exporter: retriever runs say gen_ai.operation.name=embeddings (sic);
+    langsmith.span.kind wins."""
     t = TraceBuilder()
     root = t.span(
         "rag",
@@ -709,19 +820,19 @@ def test_langsmith_runs() -> None:
     )
     trace = t.map()
     assert trace.convention == "langsmith"
-    assert kinds(trace) == ["chain", "embedding", "retrieval", "llm"]
-    assert one(trace, "embedding").span_ids == [embed.span_id]
-    retrieval = one(trace, "retrieval")
+    assert step_kinds(trace) == ["chain", "embedding", "retrieval", "llm"]
+    assert one_step(trace, "embedding").span_ids == [embed.span_id]
+    retrieval = one_step(trace, "retrieval")
     assert retrieval.span_ids == [retriever.span_id]
     assert retrieval.query == QUESTION
-    # No Document.id in the run outputs: the first falls back to metadata `source` (DESIGN.md §5), the
-    # second has nothing that names it and keeps id None.
-    assert docs(retrieval) == [
+    # No Document.id in the run outputs: the first falls back to metadata `source` (docs/conventions.md,
+    # "Document ids"), the second has nothing that names it and keeps id None.
+    assert doc_tuples(retrieval) == [
         (1, "policy.md", "Refunds within 30 days...", None),
         (2, None, "Shipping takes 5 days.", None),
     ]
     assert [d.metadata for d in retrieval.documents] == [{"source": "policy.md"}, {"page": 3}]
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert llm.span_ids == [llm_span.span_id]
     assert (llm.model, llm.provider) == ("gpt-4o-mini", "openai")
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (812, 64, 876)
@@ -736,7 +847,8 @@ def test_langsmith_runs() -> None:
 
 
 def test_langfuse_observations() -> None:
-    """§4.2: `langfuse.observation.type` types the step; trace I/O from `langfuse.trace.input/output`."""
+    """Langfuse SDK v3+: `langfuse.observation.type` types the step; trace I/O from
+    `langfuse.trace.input/output`."""
     t = TraceBuilder()
     root = t.span(
         "rag-request",
@@ -795,19 +907,19 @@ def test_langfuse_observations() -> None:
     )
     trace = t.map()
     assert trace.convention == "langfuse"
-    assert rag_kinds(trace) == ["embedding", "retrieval", "llm"]
+    assert rag_step_kinds(trace) == ["embedding", "retrieval", "llm"]
     # langfuse.trace.* beats the llm step's own text.
     assert (trace.question, trace.answer) == (QUESTION, ANSWER)
     assert trace.session_id == "sess-42"
-    embedding = one(trace, "embedding")
+    embedding = one_step(trace, "embedding")
     assert (embedding.model, embedding.input_tokens) == ("text-embedding-3-small", 6)
-    retrieval = one(trace, "retrieval")
+    retrieval = one_step(trace, "retrieval")
     assert retrieval.query == QUESTION
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "refunds", "Refunds within 30 days...", 0.9),
         (2, None, "Shipping takes 5 days.", 0.2),
     ]
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert (llm.model, llm.output) == ("gpt-4o-mini", "30 days.")
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (812, 64, 876)
     # The evaluator has a model but is not an llm step (its own kind is checked in the OpenInference test
@@ -826,12 +938,12 @@ def oi(kind: str, **attributes: Any) -> dict[str, Any]:
 
 
 def oi_documents(prefix: str, documents: list[dict[str, Any]]) -> dict[str, Any]:
-    """Flatten documents as `<prefix>.<i>.document.<field>` (§2.3)."""
+    """Flatten documents as `<prefix>.<i>.document.<field>`, as OpenInference does."""
     return {f"{prefix}.{i}.document.{k}": v for i, d in enumerate(documents) for k, v in d.items()}
 
 
 def test_openinference_redacted_values_are_absent() -> None:
-    """§2.2: hidden values are the literal "__REDACTED__"; they are absent, never text."""
+    """OpenInference's hidden values are the literal "__REDACTED__"; they are absent, never text."""
     t = TraceBuilder()
     root = t.span(
         "RetrievalQA", oi("CHAIN", **{"input.value": "__REDACTED__", "output.value": "__REDACTED__"})
@@ -868,8 +980,8 @@ def test_openinference_redacted_values_are_absent() -> None:
     # Root input redacted: the question comes from the next source, the llm step's user message.
     assert trace.question == QUESTION
     assert trace.answer is None
-    assert one(trace, "llm").output is None
-    assert docs(one(trace, "retrieval")) == [(1, "d1", None, None), (2, "d2", "visible", None)]
+    assert one_step(trace, "llm").output is None
+    assert doc_tuples(one_step(trace, "retrieval")) == [(1, "d1", None, None), (2, "d2", "visible", None)]
 
 
 @pytest.mark.parametrize(
@@ -903,13 +1015,13 @@ def test_openinference_document_metadata(raw: str, parsed: dict[str, Any]) -> No
             ),
         ),
     )
-    retrieval = one(t.map(), "retrieval")
-    assert docs(retrieval) == [(1, "6c1f3f0e", "Refunds within 30 days...", 0.8231)]
+    retrieval = one_step(t.map(), "retrieval")
+    assert doc_tuples(retrieval) == [(1, "6c1f3f0e", "Refunds within 30 days...", 0.8231)]
     assert retrieval.documents[0].metadata == parsed
 
 
 def llamaindex_query_engine() -> tuple[TraceBuilder, dict[str, SpanRecord]]:
-    """§2.5 / §6.3: a LlamaIndex query engine with OpenAI instrumented too: `.retrieve` ⊃ `._retrieve`,
+    """A LlamaIndex query engine with OpenAI instrumented too: `.retrieve` ⊃ `._retrieve`,
     and `OpenAI.predict` ⊃ `OpenAI.chat` ⊃ `ChatCompletion`, all with token counts."""
     t = TraceBuilder()
     spans: dict[str, SpanRecord] = {}
@@ -982,14 +1094,14 @@ def test_openinference_llamaindex_nesting_collapses() -> None:
     t, spans = llamaindex_query_engine()
     trace = t.map()
     assert trace.convention == "openinference"
-    assert kinds(trace) == ["chain", "retrieval", "llm"]
-    retrieval = one(trace, "retrieval")
+    assert step_kinds(trace) == ["chain", "retrieval", "llm"]
+    retrieval = one_step(trace, "retrieval")
     assert set(retrieval.span_ids) == {spans["retrieve"].span_id, spans["_retrieve"].span_id}
-    assert docs(retrieval) == [
+    assert doc_tuples(retrieval) == [
         (1, "n-1", "Refunds within 30 days...", 0.82),
         (2, "n-2", "Shipping takes 5 days.", 0.4),
     ]
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert set(llm.span_ids) == {spans["predict"].span_id, spans["chat"].span_id, spans["completion"].span_id}
     # Tokens of the leaf only: each level repeats the same 812/64, which must not become 2436/192.
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (812, 64, 876)
@@ -1034,7 +1146,7 @@ def test_nested_llm_spans_sum_tokens_over_leaves_only() -> None:
         for prompt, completion, text in [(100, 10, "draft"), (200, 20, ANSWER)]
     ]
     trace = t.map()
-    llm = one(trace, "llm")
+    llm = one_step(trace, "llm")
     assert set(llm.span_ids) == {parent.span_id, *(leaf.span_id for leaf in leaves)}
     assert (llm.input_tokens, llm.output_tokens, llm.total_tokens) == (300, 30, 330)
     assert (trace.input_tokens, trace.output_tokens) == (300, 30)
@@ -1087,10 +1199,10 @@ def test_openinference_reranker() -> None:
         parent=root,
     )
     trace = t.map()
-    assert kinds(trace) == ["chain", "retrieval", "rerank"]
-    rerank = one(trace, "rerank")
+    assert step_kinds(trace) == ["chain", "retrieval", "rerank"]
+    rerank = one_step(trace, "rerank")
     assert (rerank.query, rerank.model) == ("refund window", "rerank-english-v3.0")
-    assert docs(rerank) == [(1, "b", "beta", 0.97), (2, "a", "alpha", 0.41)]
+    assert doc_tuples(rerank) == [(1, "b", "beta", 0.97), (2, "a", "alpha", 0.41)]
     assert [(d.rank, d.id, d.score) for d in rerank.input_documents] == [
         (1, "a", 0.7),
         (2, "b", 0.6),
@@ -1100,7 +1212,7 @@ def test_openinference_reranker() -> None:
 
 
 def test_openinference_evaluator_is_not_llm() -> None:
-    """§2.4: EVALUATOR carrier spans are kind evaluator, even with a model and token counts."""
+    """OpenInference EVALUATOR carrier spans are kind evaluator, even with a model and token counts."""
     t = TraceBuilder()
     root = t.span("RetrievalQA", oi("CHAIN", **{"input.value": QUESTION, "output.value": ANSWER}))
     t.span(
@@ -1131,12 +1243,12 @@ def test_openinference_evaluator_is_not_llm() -> None:
         parent=root,
     )
     trace = t.map()
-    assert one(trace, "llm").model == "gpt-4o-mini"
+    assert one_step(trace, "llm").model == "gpt-4o-mini"
     assert trace.answer == ANSWER
     assert (trace.input_tokens, trace.output_tokens) == (50, 8)
-    # Last: the carrier is an evaluator step, not dropped (semconv.md §6.1 `EVALUATOR`→evaluator).
-    assert kinds(trace) == ["chain", "llm", "evaluator"]
-    assert one(trace, "evaluator").name == "faithfulness-judge"
+    # Last: the carrier is an evaluator step, not dropped (`EVALUATOR` -> evaluator).
+    assert step_kinds(trace) == ["chain", "llm", "evaluator"]
+    assert one_step(trace, "evaluator").name == "faithfulness-judge"
 
 
 def test_chain_only_trace_has_unknown_convention() -> None:
@@ -1144,7 +1256,7 @@ def test_chain_only_trace_has_unknown_convention() -> None:
     root = t.span("RunnableSequence", oi("CHAIN", **{"input.value": QUESTION, "output.value": ANSWER}))
     t.span("StrOutputParser", oi("CHAIN"), parent=root)
     trace = t.map()
-    assert kinds(trace) == ["chain", "chain"]
+    assert step_kinds(trace) == ["chain", "chain"]
     assert trace.convention == "unknown"
     assert (trace.question, trace.answer) == (QUESTION, ANSWER)
 

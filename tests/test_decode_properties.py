@@ -25,7 +25,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector.otlp.batch import MAX_ATTRIBUTE_DEPTH, SPAN_KINDS, STATUS_CODES, SpanBatch, decode_request
 from collector.otlp.json_request import UndecodableBody, parse_json_request
-from collector.store.duckdb_store import Store
+from collector.store.duckdb_store import DuckDBStore
 
 INT64_MAX = (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1
@@ -306,40 +306,38 @@ def test_generated_requests_match_the_model(model):
 
 
 def test_generated_requests_store_and_read_back(tmp_path: Path):
-    store = Store(tmp_path / "props.duckdb")
+    store = DuckDBStore(tmp_path / "props.duckdb")
     stored = {"spans": 0, "events": 0}
 
     @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(request_models)
     def append_one(model):
         batch = decode_request(build_request(model))
-        store.append(batch.spans, batch.events)
+        store.append_spans(batch.spans, batch.events)
         stored["spans"] += batch.accepted
         stored["events"] += batch.events.num_rows
-        cursor = store.read_cursor()
-        try:
-            spans = cursor.execute("SELECT count(*) FROM spans").fetchone()
-            events = cursor.execute("SELECT count(*) FROM span_events").fetchone()
-            # Every stored JSON column is valid DuckDB JSON.
-            bad = cursor.execute(
-                "SELECT count(*) FROM spans "
-                "WHERE NOT json_valid(attributes) OR NOT json_valid(resource_attributes)"
-            ).fetchone()
-        finally:
-            cursor.close()
-        assert spans == (stored["spans"],)
-        assert events == (stored["events"],)
-        assert bad == (0,)
+        spans = store.query("SELECT count(*) FROM spans", 1, 30).rows
+        events = store.query("SELECT count(*) FROM span_events", 1, 30).rows
+        # Every stored JSON column is valid DuckDB JSON.
+        bad = store.query(
+            "SELECT count(*) FROM spans "
+            "WHERE NOT json_valid(attributes) OR NOT json_valid(resource_attributes)",
+            1,
+            30,
+        ).rows
+        assert spans == [(stored["spans"],)]
+        assert events == [(stored["events"],)]
+        assert bad == [(0,)]
 
     try:
         append_one()
-        cursor = store.read_cursor()
-        ids_ok = cursor.execute(
+        ids_ok = store.query(
             "SELECT count(*) FROM spans WHERE regexp_full_match(trace_id, '[0-9a-f]{32}') "
-            "AND regexp_full_match(span_id, '[0-9a-f]{16}')"
-        ).fetchone()
-        cursor.close()
-        assert ids_ok == (stored["spans"],)
+            "AND regexp_full_match(span_id, '[0-9a-f]{16}')",
+            1,
+            30,
+        ).rows
+        assert ids_ok == [(stored["spans"],)]
     finally:
         store.close()
 

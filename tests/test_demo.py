@@ -7,38 +7,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 from collector.demo import DemoError, Metric, expected_documents_found, prepare_database, summary_table
-from collector.store.duckdb_store import connect
 from examples.shop_assistant import CONVENTIONS, MODES, load_cases
 from examples.shop_assistant.llm import NOT_FOUND
 from examples.shop_assistant.text import sentences
+from tests.helpers import file_execute, file_rows, run_ragpulse
 
-RAGPULSE = str(Path(sys.executable).with_name("ragpulse"))
 CASES = load_cases()
 
 
 def _demo(tmp_path: Path, db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [RAGPULSE, "demo", "--db", str(db), "--timeout", "60"],
-        capture_output=True,
-        text=True,
-        timeout=180,
+    return run_ragpulse(
+        "demo",
+        "--db",
+        str(db),
+        "--timeout",
+        "60",
         cwd=tmp_path,
         env={"PATH": str(Path(sys.executable).parent), "COLUMNS": "120", "HOME": str(tmp_path)},
+        timeout=180,
     )
-
-
-def _rows(db: Path, query: str) -> list[dict[str, Any]]:
-    con = connect(db, read_only=True)
-    try:
-        cursor = con.execute(query)
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-    finally:
-        con.close()
 
 
 PER_TRACE = """
@@ -68,7 +58,7 @@ def test_demo_runs_the_three_modes_end_to_end(tmp_path: Path) -> None:
     assert "ragpulse sql " in out and f"--db {db}" in out
     assert "traces agree on every line" in out
 
-    traces = _rows(db, PER_TRACE)
+    traces = file_rows(db, PER_TRACE)
     assert len(traces) == len(MODES) * len(CONVENTIONS) * len(CASES)
     by_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
     for trace in traces:
@@ -124,21 +114,27 @@ def test_demo_rerun_replaces_its_previous_database(tmp_path: Path) -> None:
     second = _demo(tmp_path, db)
     assert second.returncode == 0, second.stderr
     sent = len(MODES) * len(CONVENTIONS) * len(CASES)
-    rows = _rows(db, "SELECT count(*) AS traces, count(DISTINCT trace_id) AS ids FROM traces")
+    rows = file_rows(db, "SELECT count(*) AS traces, count(DISTINCT trace_id) AS ids FROM traces")
     assert rows == [{"traces": sent, "ids": sent}]
-    assert _rows(db, "SELECT count(*) AS n FROM spans") == [{"n": 3 * sent}]
+    assert file_rows(db, "SELECT count(*) AS n FROM spans") == [{"n": 3 * sent}]
+
+
+def _one_span_file(db: Path, service_name: str) -> None:
+    """A database file holding one span of `service_name` in a bare `spans` table."""
+    file_execute(
+        db,
+        "CREATE TABLE spans (trace_id VARCHAR, service_name VARCHAR)",
+        f"INSERT INTO spans VALUES ('ab', '{service_name}')",
+    )
 
 
 def test_demo_refuses_to_delete_a_database_it_did_not_write(tmp_path: Path) -> None:
     db = tmp_path / "production.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE spans (trace_id VARCHAR, service_name VARCHAR)")
-    con.execute("INSERT INTO spans VALUES ('ab', 'checkout')")
-    con.close()
+    _one_span_file(db, "checkout")
     done = _demo(tmp_path, db)
     assert done.returncode != 0
     assert "did not write" in done.stderr and "Traceback" not in done.stderr
-    assert _rows(db, "SELECT service_name FROM spans") == [{"service_name": "checkout"}]
+    assert file_rows(db, "SELECT service_name FROM spans") == [{"service_name": "checkout"}]
 
 
 def test_prepare_database_refuses_a_file_that_is_not_duckdb(tmp_path: Path) -> None:
@@ -151,10 +147,7 @@ def test_prepare_database_refuses_a_file_that_is_not_duckdb(tmp_path: Path) -> N
 
 def test_prepare_database_removes_a_previous_demo_file(tmp_path: Path) -> None:
     db = tmp_path / "old-demo.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE spans (trace_id VARCHAR, service_name VARCHAR)")
-    con.execute("INSERT INTO spans VALUES ('ab', 'shop-assistant')")
-    con.close()
+    _one_span_file(db, "shop-assistant")
     prepare_database(db)
     assert not db.exists()
     prepare_database(db)  # nothing there: nothing to do

@@ -1,7 +1,7 @@
 """Durability and backpressure: acknowledged spans survive kill -9 and SIGTERM; a slow store pushes back.
 
 The server runs as a real `ragpulse serve` subprocess for the kill tests and as an in-process
-BackgroundService (with its real Store's `append` slowed down) for the backpressure tests. Clients
+BackgroundService (with its real store's `append_spans` slowed down) for the backpressure tests. Clients
 are raw gRPC / HTTP and the real OpenTelemetry SDK exporters.
 """
 
@@ -11,7 +11,6 @@ import itertools
 import struct
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,18 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from prometheus_client.parser import text_string_to_metric_families
 
 from collector.service import BackgroundService, Service, server_file
-from tests.conftest import ServeProcess, make_config, sql
+from tests.helpers import (
+    ServeProcess,
+    key_values,
+    make_config,
+    metric,
+    run_threads,
+    sql,
+    trace_request,
+    wait_for,
+)
 
 BATCH = 200
 
@@ -46,24 +53,20 @@ BATCH = 200
 def _make_request(
     trace_id: bytes, span_ids: list[bytes], name: str, service_name: str = "durability"
 ) -> ExportTraceServiceRequest:
-    request = ExportTraceServiceRequest()
-    resource_spans = request.resource_spans.add()
-    attr = resource_spans.resource.attributes.add()
-    attr.key, attr.value.string_value = "service.name", service_name
-    scope_spans = resource_spans.scope_spans.add()
-    scope_spans.scope.name = "durability-test"
     now = time.time_ns()
-    for span_id in span_ids:
-        span = scope_spans.spans.add()
-        span.trace_id = trace_id
-        span.span_id = span_id
-        span.name = name
-        span.kind = Span.SPAN_KIND_INTERNAL
-        span.start_time_unix_nano = now
-        span.end_time_unix_nano = now + 1_000_000
-        a = span.attributes.add()
-        a.key, a.value.string_value = "rag.question", "is it stored?"
-    return request
+    spans = [
+        Span(
+            trace_id=trace_id,
+            span_id=span_id,
+            name=name,
+            kind=Span.SPAN_KIND_INTERNAL,
+            start_time_unix_nano=now,
+            end_time_unix_nano=now + 1_000_000,
+            attributes=key_values({"rag.question": "is it stored?"}),
+        )
+        for span_id in span_ids
+    ]
+    return trace_request(spans, service_name, "durability-test")
 
 
 class _IdSource:
@@ -142,14 +145,6 @@ def server(serve_process: ServeProcess) -> ServeProcess:
     return serve_process
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def _missing_from_file(db: Path, acked: list[tuple[str, str, str]]) -> tuple[int, list[tuple[Any, ...]]]:
     """Acknowledged (trace_id, span_id, name) rows absent from the (closed) database file."""
     table = pa.table(
@@ -186,15 +181,6 @@ def _children(pid: int) -> list[int]:
     return children
 
 
-def _metric(url: str, sample_name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == sample_name and not sample.labels:
-                return float(sample.value)
-    raise AssertionError(f"metric {sample_name} not exposed")
-
-
 # --------------------------------------------------------------------------- kill -9 / SIGTERM
 
 
@@ -212,18 +198,27 @@ def test_acknowledged_spans_survive_sigkill(server: ServeProcess) -> None:
             assert workers, "no child processes (mapping worker, resource tracker) to watch"
             server.kill()  # mid-stream: the senders have exports in flight
             # A killed service cannot stop its mapping worker; the worker notices and exits.
-            _wait_for(
-                lambda w=workers: not any(Path(f"/proc/{pid}").exists() for pid in w), 10, "workers to exit"
+            wait_for(
+                lambda w=workers: not any(Path(f"/proc/{pid}").exists() for pid in w),
+                timeout=10,
+                interval=0.02,
+                what="workers to exit",
             )
             failures = sender.failures
-            _wait_for(lambda f=failures: sender.failures > f, 10, "the senders to notice the dead server")
+            wait_for(
+                lambda f=failures: sender.failures > f,
+                timeout=10,
+                interval=0.02,
+                what="the senders to notice the dead server",
+            )
             server.start()
             # The restarted server on the same file takes new exports again.
             acked_at_restart = sender.acked_count()
-            _wait_for(
+            wait_for(
                 lambda n=acked_at_restart: sender.acked_count() >= n + 4 * BATCH,
-                10,
-                "exports to be acknowledged after the restart",
+                timeout=10,
+                interval=0.02,
+                what="exports to be acknowledged after the restart",
             )
     finally:
         sender.stop()
@@ -275,12 +270,12 @@ def test_sigterm_drains_and_exits_cleanly(server: ServeProcess) -> None:
 
 
 class _SlowStore:
-    """Wraps the real Store instance's `append` so every commit takes `delay` seconds longer."""
+    """Wraps the real store's `append_spans` so every commit takes `delay` seconds longer."""
 
     def __init__(self, service: Service, delay: float) -> None:
         assert service.store is not None
         self._store = service.store
-        self._original = self._store.append
+        self._original = self._store.append_spans
         self.delay = delay
         self.calls = 0
 
@@ -289,10 +284,10 @@ class _SlowStore:
             time.sleep(self.delay)
             self._original(spans, events)
 
-        self._store.append = slow_append  # type: ignore[method-assign]
+        self._store.append_spans = slow_append  # type: ignore[method-assign]
 
     def remove(self) -> None:
-        self._store.append = self._original  # type: ignore[method-assign]
+        self._store.append_spans = self._original  # type: ignore[method-assign]
 
 
 class _GaugeSampler:
@@ -314,17 +309,8 @@ class _GaugeSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append(_metric(self._url, "ragpulse_queue_spans"))
+            self.samples.append(metric(self._url, "ragpulse_queue_spans"))
             self._stop.wait(0.01)
-
-
-def _run_threads(count: int, target: Callable[[int], None]) -> None:
-    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(t.is_alive() for t in threads)
 
 
 def test_slow_store_pushes_back_with_retry_info(tmp_path: Path) -> None:
@@ -371,8 +357,8 @@ def test_slow_store_pushes_back_with_retry_info(tmp_path: Path) -> None:
                             http_ok.append((trace_id.hex(), response))
 
         with _GaugeSampler(svc.http_url) as sampler:
-            _run_threads(8, grpc_client)
-            _run_threads(8, http_client)
+            run_threads(8, grpc_client)
+            run_threads(8, http_client)
         slow.remove()
 
         # gRPC: UNAVAILABLE with RetryInfo in both trailing-metadata forms.
@@ -409,12 +395,17 @@ def test_slow_store_pushes_back_with_retry_info(tmp_path: Path) -> None:
             assert parsed.partial_success.rejected_spans == 0
 
         # Every refusal was counted; the queue stayed bounded (and the sampler saw it loaded).
-        throttled = _metric(svc.http_url, "ragpulse_exports_throttled_total")
+        throttled = metric(svc.http_url, "ragpulse_exports_throttled_total")
         assert throttled == len(grpc_refused) + len(http_refused)
         assert max(sampler.samples) > 0
         assert max(sampler.samples) <= max_queue + BATCH
-        _wait_for(lambda: svc.writer is not None and svc.writer.queued_spans == 0, 10, "the queue to drain")
-        assert _metric(svc.http_url, "ragpulse_queue_spans") == 0
+        wait_for(
+            lambda: svc.writer is not None and svc.writer.queued_spans == 0,
+            timeout=10,
+            interval=0.02,
+            what="the queue to drain",
+        )
+        assert metric(svc.http_url, "ragpulse_queue_spans") == 0
 
         # Exactly the acknowledged exports are stored; refused ones left nothing behind.
         rows = sql(svc, "SELECT trace_id, name, count(*) AS n FROM spans GROUP BY trace_id, name")
@@ -470,8 +461,8 @@ def test_sdk_exporters_deliver_everything_through_backpressure(tmp_path: Path) -
             flushed[name] = providers[name].force_flush(timeout_millis=30_000)
 
         try:
-            _run_threads(len(providers), emit_and_flush)
-            throttled = _metric(svc.http_url, "ragpulse_exports_throttled_total")
+            run_threads(len(providers), emit_and_flush)
+            throttled = metric(svc.http_url, "ragpulse_exports_throttled_total")
         finally:
             slow.remove()
             for provider in providers.values():

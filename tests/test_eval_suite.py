@@ -15,25 +15,16 @@ from xml.etree import ElementTree
 
 import yaml
 
-from tests.conftest import RAGPULSE
+from tests.helpers import REPO, run_ragpulse
 from tests.openai_stub import OpenAIStub
 
-REPO = Path(__file__).resolve().parents[1]
 POLICY = "Items can be returned within 30 days of delivery for a full refund."
 
 
 def run_eval(tmp_path: Path, suite: dict[str, Any] | str, *args: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "suite.yaml"
     path.write_text(suite if isinstance(suite, str) else yaml.safe_dump(suite), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
-    return subprocess.run(
-        [str(RAGPULSE), "eval", str(path), *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_ragpulse("eval", str(path), *args, cwd=tmp_path)
 
 
 def case(name: str, answer: str, **extra: Any) -> dict[str, Any]:
@@ -115,6 +106,28 @@ def test_case_evaluators_override_the_suite_list(tmp_path: Path) -> None:
     assert [s["name"] for s in scores] == ["retrieval.hit@1"]
 
 
+def test_a_suite_without_evaluators_uses_the_configs_list(tmp_path: Path) -> None:
+    (tmp_path / "ragpulse.yaml").write_text(
+        "evaluators:\n  - {name: retrieval.hit@1}\n  - {name: faithfulness, min: 0.5}\n", encoding="utf-8"
+    )
+    result = run_eval(tmp_path, {"cases": [INVENTED]}, "--json", "r.json")
+    assert result.returncode == 1, result.stdout + result.stderr  # the invented fee is unsupported
+    scores = json.loads((tmp_path / "r.json").read_text())[0]["scores"]
+    assert [(s["name"], s["threshold"]) for s in scores] == [("retrieval.hit@1", 1.0), ("faithfulness", 0.5)]
+    # Without a config, the default set runs.
+    (tmp_path / "ragpulse.yaml").unlink()
+    run_eval(tmp_path, {"cases": [INVENTED]}, "--json", "d.json")
+    defaults = [s["name"] for s in json.loads((tmp_path / "d.json").read_text())[0]["scores"]]
+    assert "retrieval.ndcg@5" in defaults and len(defaults) > 2
+
+
+def test_a_bad_evaluator_in_the_config_is_refused_with_its_key(tmp_path: Path) -> None:
+    (tmp_path / "ragpulse.yaml").write_text("evaluators:\n  - {name: no_such_evaluator}\n", encoding="utf-8")
+    result = run_eval(tmp_path, {"cases": [GOOD]})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "evaluators[0].name" in result.stderr and "no_such_evaluator" in result.stderr
+
+
 def test_baseline_flags_per_case_per_metric_regressions(tmp_path: Path) -> None:
     first = run_eval(
         tmp_path,
@@ -154,13 +167,7 @@ def test_bad_suites_give_one_line_naming_the_key(tmp_path: Path) -> None:
 
 
 def test_the_example_suite_runs(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [str(RAGPULSE), "eval", str(REPO / "examples" / "suites" / "refunds.yaml")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_ragpulse("eval", str(REPO / "examples" / "suites" / "refunds.yaml"), cwd=tmp_path)
     # The example suite holds one deliberately hallucinated answer, so it fails on purpose.
     assert result.returncode == 1
     assert result.stdout.splitlines()[0] == "FAIL invented-restocking-fee"

@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import gzip
 import os
-import re
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -21,19 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import httpx
 import orjson
 import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
-from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from opentelemetry.sdk.resources import Resource
@@ -43,7 +37,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from collector.service import BackgroundService, Service
-from tests.conftest import make_config, sql
+from tests.helpers import (
+    key_values,
+    make_config,
+    metric,
+    post_otlp,
+    run_threads,
+    sdk_exporter,
+    sql,
+    trace_request,
+    wait_for,
+)
 
 EPOCH = datetime(1970, 1, 1)
 
@@ -102,20 +106,6 @@ def event_rows(svc: Service, trace_id: str) -> list[dict[str, Any]]:
     )
 
 
-def metric_value(svc: Service, name: str) -> float:
-    text = httpx.get(f"{svc.http_url}/metrics", timeout=10).text
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    assert match, f"{name} not in /metrics:\n{text}"
-    return float(match.group(1))
-
-
-def post_traces(svc: Service, body: bytes, content_type: str, encoding: str | None = None) -> httpx.Response:
-    headers = {"Content-Type": content_type}
-    if encoding:
-        headers["Content-Encoding"] = encoding
-    return httpx.post(f"{svc.http_url}/v1/traces", content=body, headers=headers, timeout=30)
-
-
 # ---------------------------------------------------------------- 1. OpenTelemetry SDK exporters
 
 # Times with sub-microsecond digits: the store keeps microseconds (truncated), duration_ms is exact.
@@ -127,21 +117,6 @@ SDK_CASES = [
     pytest.param("http", False, SimpleSpanProcessor, id="http-simple"),
     pytest.param("http", True, BatchSpanProcessor, id="http-gzip-batch"),
 ]
-
-
-def make_exporter(svc: Service, transport: str, use_gzip: bool) -> Any:
-    if transport == "grpc":
-        return GrpcSpanExporter(
-            endpoint=f"127.0.0.1:{svc.grpc_port}",
-            insecure=True,
-            timeout=10,
-            compression=grpc.Compression.Gzip if use_gzip else grpc.Compression.NoCompression,
-        )
-    return HttpSpanExporter(
-        endpoint=f"http://127.0.0.1:{svc.http_port}/v1/traces",
-        timeout=10,
-        compression=HttpCompression.Gzip if use_gzip else HttpCompression.NoCompression,
-    )
 
 
 def emit_trace_tree(provider: TracerProvider) -> None:
@@ -216,7 +191,7 @@ def test_sdk_exporter_spans_stored_with_exact_values(service, transport, use_gzi
         )
     )
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.add_span_processor(processor(make_exporter(service, transport, use_gzip)))
+    provider.add_span_processor(processor(sdk_exporter(service, "traces", transport, use_gzip)))
     emit_trace_tree(provider)
     assert provider.force_flush(10_000)
     provider.shutdown()
@@ -504,7 +479,7 @@ def assert_json_trace_stored(svc: Service, trace_id: str, ids: dict[str, str]) -
 @pytest.mark.parametrize("id_encoding", ["hex", "base64"])
 def test_otlp_json_every_value_kind_stored(service, id_encoding):
     trace_id, ids = rand_trace(), new_ids()
-    response = post_traces(service, orjson.dumps(json_body(trace_id, ids, id_encoding)), "application/json")
+    response = post_otlp(service, orjson.dumps(json_body(trace_id, ids, id_encoding)), "application/json")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/json")
     assert response.json() == {}
@@ -522,7 +497,7 @@ def test_otlp_json_compressed_bodies(service, encoding):
     else:
         compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
         body, header = compressor.compress(raw) + compressor.flush(), "deflate"
-    response = post_traces(service, body, "application/json", header)
+    response = post_otlp(service, body, "application/json", header)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/json")
     assert response.json() == {}
@@ -535,7 +510,7 @@ def test_otlp_json_partial_success_stores_the_valid_spans(service):
     spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
     spans.append({**spans[1], "spanId": "abcd", "name": "bad.id"})  # 3 bytes after base64: invalid
     spans.append({**spans[1], "spanId": "zz" * 8, "name": "not.hex"})  # neither hex nor base64
-    response = post_traces(service, orjson.dumps(document), "application/json; charset=utf-8")
+    response = post_otlp(service, orjson.dumps(document), "application/json; charset=utf-8")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/json")
     partial = response.json()["partialSuccess"]
@@ -549,14 +524,9 @@ def test_otlp_json_partial_success_stores_the_valid_spans(service):
 
 
 def pb_request(trace_id: str, span_ids: list[str], service_name: str = "pb-svc") -> ExportTraceServiceRequest:
-    request = ExportTraceServiceRequest()
-    rs = request.resource_spans.add()
-    rs.resource.attributes.append(KeyValue(key="service.name", value=AnyValue(string_value=service_name)))
-    ss = rs.scope_spans.add()
-    ss.scope.name, ss.scope.version = "raw.pb", "2.0"
     t = 1_700_000_100_000_000_999
-    for i, span_id in enumerate(span_ids):
-        span = ss.spans.add(
+    spans = [
+        PbSpan(
             trace_id=bytes.fromhex(trace_id),
             span_id=bytes.fromhex(span_id),
             parent_span_id=bytes.fromhex(span_ids[0]) if i else b"",
@@ -565,10 +535,11 @@ def pb_request(trace_id: str, span_ids: list[str], service_name: str = "pb-svc")
             start_time_unix_nano=t + i * 1000,
             end_time_unix_nano=t + i * 1000 + 1_500_000,
             status=PbStatus(code=PbStatus.STATUS_CODE_ERROR, message=f"e{i}") if i else PbStatus(),
+            attributes=key_values({"i": i, "raw": b"\x10\x20"}),
         )
-        span.attributes.append(KeyValue(key="i", value=AnyValue(int_value=i)))
-        span.attributes.append(KeyValue(key="raw", value=AnyValue(bytes_value=b"\x10\x20")))
-    return request
+        for i, span_id in enumerate(span_ids)
+    ]
+    return trace_request(spans, service_name, "raw.pb", "2.0")
 
 
 @pytest.mark.parametrize("encoding", [None, "gzip"])
@@ -577,7 +548,7 @@ def test_raw_protobuf_response_is_protobuf(service, encoding):
     body = pb_request(trace_id, span_ids).SerializeToString()
     if encoding == "gzip":
         body = gzip.compress(body)
-    response = post_traces(service, body, "application/x-protobuf", encoding)
+    response = post_otlp(service, body, "application/x-protobuf", encoding)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/x-protobuf"
     parsed = ExportTraceServiceResponse.FromString(response.content)
@@ -605,7 +576,7 @@ def test_raw_protobuf_partial_success_is_protobuf(service):
     bad = request.resource_spans[0].scope_spans[0].spans.add()
     bad.CopyFrom(request.resource_spans[0].scope_spans[0].spans[1])
     bad.span_id = b"\x01\x02\x03"
-    response = post_traces(service, request.SerializeToString(), "application/x-protobuf")
+    response = post_otlp(service, request.SerializeToString(), "application/x-protobuf")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/x-protobuf"
     parsed = ExportTraceServiceResponse.FromString(response.content)
@@ -622,15 +593,6 @@ def downstream(tmp_path: Path) -> Iterator[Service]:
     (tmp_path / "down").mkdir()
     with BackgroundService(make_config(tmp_path / "down")) as svc:
         yield svc
-
-
-def poll_rows(svc: Service, query: str, want: int, deadline_s: float = 10.0) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + deadline_s
-    rows = sql(svc, query)
-    while len(rows) < want and time.monotonic() < deadline:
-        time.sleep(0.05)
-        rows = sql(svc, query)
-    return rows
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
@@ -656,7 +618,7 @@ def test_forwarded_spans_reach_the_downstream(tmp_path, downstream, protocol):
         assert provider.force_flush(10_000)
         provider.shutdown()
         trace_id, ids = rand_trace(), new_ids()
-        response = post_traces(upstream, orjson.dumps(json_body(trace_id, ids)), "application/json")
+        response = post_otlp(upstream, orjson.dumps(json_body(trace_id, ids)), "application/json")
         assert response.status_code == 200, response.text
 
         sent = memory.get_finished_spans()
@@ -668,14 +630,19 @@ def test_forwarded_spans_reach_the_downstream(tmp_path, downstream, protocol):
         )
         up_rows = sql(upstream, query)
         assert len(up_rows) == 6
-        down_rows = poll_rows(downstream, query, 6)
+        down_rows = wait_for(
+            lambda: sql(downstream, query),
+            lambda rows: len(rows) >= 6,
+            timeout=10,
+            what="the forwarded spans",
+        )
         assert down_rows == up_rows
         assert {r["span_id"] for r in down_rows if r["trace_id"] == sdk_trace} == want
         assert {r["span_id"] for r in down_rows if r["trace_id"] == trace_id} == {ids["root"], ids["child"]}
         # Forwarded untouched: the full stored form (events, links, values) is identical downstream.
         assert_json_trace_stored(downstream, trace_id, ids)
         assert event_rows(downstream, sdk_trace) == event_rows(upstream, sdk_trace)
-        assert metric_value(upstream, "ragpulse_forward_dropped_total") == 0
+        assert metric(upstream, "ragpulse_forward_dropped_total") == 0
 
 
 # ---------------------------------------------------------------- 5. concurrency
@@ -699,12 +666,7 @@ def test_concurrent_exports_stored_exactly_once(service):
         except BaseException as exc:  # reported below, the thread must not die silently
             errors.append(exc)
 
-    workers = [threading.Thread(target=worker, args=(w,)) for w in range(threads_n)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(60)
-    assert not any(w.is_alive() for w in workers)
+    run_threads(threads_n, worker)
     assert errors == []
     assert partials == []
 
@@ -715,5 +677,5 @@ def test_concurrent_exports_stored_exactly_once(service):
         "count(*) FILTER (WHERE parent_span_id IS NULL) AS roots FROM spans WHERE service_name = 'load-svc'",
     ) == [{"n": total, "spans": total, "traces": threads_n * exports_n, "roots": threads_n * exports_n}]
     assert sql(service, "SELECT count(*) AS n FROM spans") == [{"n": total}]
-    assert metric_value(service, "ragpulse_spans_stored_total") == total
-    assert metric_value(service, 'ragpulse_spans_received_total{protocol="grpc"}') == total
+    assert metric(service, "ragpulse_spans_stored_total") == total
+    assert metric(service, "ragpulse_spans_received_total", protocol="grpc") == total

@@ -11,7 +11,6 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,12 +30,6 @@ from evaluators.judge import (
 from evaluators.judge.client import JudgeResult
 from tests.judging import GOOD, Verdict, messages, settings
 from tests.openai_stub import ChatReply, OpenAIStub, fenced_input
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        yield server
 
 
 def assert_failed(result: JudgeResult[Any], kind: str) -> None:
@@ -463,6 +456,48 @@ def test_corrupt_store_entry_is_a_miss(stub: OpenAIStub) -> None:
     stub.reply(GOOD)
     result = client.judge(messages(), Verdict, prompt_version="v1")
     assert result.ok and not result.cached and len(stub.chat_requests) == 1
+
+
+NO = json.dumps({"verdict": "no", "reason": "the policy says nothing about it"})
+
+
+def reject_no(verdict: Verdict) -> str | None:
+    """A caller's verdict check: here a "no" is unusable (as ranks [1, 1] are to a scorer)."""
+    return "the judge said no" if verdict.verdict == "no" else None
+
+
+def test_a_verdict_failing_the_callers_check_is_an_error_and_never_cached(stub: OpenAIStub) -> None:
+    store = DictStore()
+    client = JudgeClient(settings(stub), store=store)
+    stub.reply(NO, prompt_tokens=40, completion_tokens=4)
+    rejected = client.judge(messages(), Verdict, prompt_version="v1", check=reject_no)
+    assert_failed(rejected, "bad_verdict")
+    assert rejected.error == "the judge said no" and rejected.raw == NO
+    assert (rejected.attempts, rejected.input_tokens) == (1, 40)  # not re-sampled, and paid for
+    assert store.data == {}
+    # Not remembered in memory or in the store: the next run asks the judge again.
+    stub.reply(GOOD)
+    again = client.judge(messages(), Verdict, prompt_version="v1", check=reject_no)
+    assert again.ok and not again.cached and len(stub.chat_requests) == 2
+    assert len(store.data) == 1
+    assert client.judge(messages(), Verdict, prompt_version="v1", check=reject_no).cached
+
+
+def test_a_cached_verdict_failing_the_check_is_a_miss_and_is_replaced(stub: OpenAIStub) -> None:
+    """A store written before the check existed (or by a caller without it) cannot replay a
+    verdict the check rejects: it is asked again, and the new verdict replaces the old."""
+    store = DictStore()
+    stub.reply(NO)
+    stub.reply(GOOD)
+    client = JudgeClient(settings(stub), store=store)
+    assert client.judge(messages(), Verdict, prompt_version="v1").ok  # no check: "no" is cached
+    fresh = JudgeClient(settings(stub), store=store)
+    for checked in (client, fresh):  # the in-memory cache and the store alike
+        result = checked.judge(messages(), Verdict, prompt_version="v1", check=reject_no)
+        assert result.ok and result.parsed == Verdict.model_validate_json(GOOD)
+    assert len(stub.chat_requests) == 2  # asked again once; then the replaced entry is a hit
+    [entry] = store.data.values()
+    assert entry["parsed"] == json.loads(GOOD)
 
 
 # -- concurrency -------------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ trace; the documents reach the judge inside the per-call fence.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from evaluators.judge.scorers import (
 from evaluators.registry import build_evaluator, build_evaluators
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step
-from tests.judging import evaluator_client, fence_token, judge_inputs
+from tests.judging import fence_token, judge_inputs
 from tests.openai_stub import ChatReply, OpenAIStub
 
 INJECTION = (
@@ -48,17 +47,6 @@ def make_trace(
         answer=answer,
         steps=[Step(span_id="s1", kind="retrieval", documents=documents)],
     )
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        yield server
-
-
-@pytest.fixture
-def client(stub: OpenAIStub) -> JudgeClient:
-    return evaluator_client(stub)
 
 
 def claim(
@@ -218,11 +206,20 @@ def test_skips_and_no_documents_cost_no_call(stub: OpenAIStub, client: JudgeClie
     assert stub.chat_requests == []
 
 
-def test_judge_finding_no_claim_is_skipped(stub: OpenAIStub, client: JudgeClient) -> None:
+def test_no_claim_from_the_judge_for_a_checkable_answer_is_an_error(
+    stub: OpenAIStub, client: JudgeClient
+) -> None:
+    """The answer has checkable sentences (a refusal is skipped before any call), so an empty claim
+    list is an unusable verdict: a skip would let such a judge pass every suite case."""
     stub.reply(faith_reply())
     score = make_judge_faithfulness(client)(make_trace())
-    assert (score.status, score.label) == ("skipped", "no_claims")
-    assert score.model == "judge-model"
+    assert_error(score, "bad_verdict")
+    assert "no claim" in (score.explanation or "")
+    # Not cached: the next run asks again and gets a usable verdict.
+    stub.reply(faith_reply(SUPPORTED, UNSTATED))
+    again = make_judge_faithfulness(client, 0.5)(make_trace())
+    assert (again.status, again.value) == ("pass", 0.5)
+    assert len(stub.chat_requests) == 2
 
 
 def test_clipping_is_reported(stub: OpenAIStub, client: JudgeClient) -> None:
@@ -302,6 +299,23 @@ def test_bad_verdict_count_or_ranks_is_an_error(stub: OpenAIStub, client: JudgeC
     stub.reply(reply)
     score = make_judge_context_relevance(client)(make_trace(documents=three_docs()))
     assert_error(score, "bad_verdict")
+
+
+def test_a_rejected_verdict_is_not_reused_by_the_next_metric(stub: OpenAIStub, client: JudgeClient) -> None:
+    """The metrics of one trace share a cache key: a verdict that failed the rank check for the
+    first must not be replayed to the second, which asks the judge again."""
+    stub.reply(json.dumps({"documents": [{"rank": r, "relevant": True, "reason": ""} for r in (1, 1, 3)]}))
+    stub.reply(relevance_reply(False, True, True))
+    trace = make_trace(documents=three_docs())
+    first = make_judge_context_relevance(client, metric="mrr")(trace)
+    assert_error(first, "bad_verdict")
+    assert "ranks [1, 1, 3]" in (first.explanation or "")
+    second = make_judge_context_relevance(client)(trace)
+    assert (second.status, second.value) == ("pass", pytest.approx(2 / 3))
+    assert len(stub.chat_requests) == 2
+    # The usable verdict is cached as usual.
+    assert make_judge_context_relevance(client, metric="mrr")(trace).value == 0.5
+    assert len(stub.chat_requests) == 2
 
 
 def test_label_metrics() -> None:

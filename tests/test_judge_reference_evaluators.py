@@ -8,7 +8,7 @@ value with items, and fails closed: a judge fault or an unusable verdict is an `
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -61,17 +61,6 @@ def make_trace(
         expected_answer=expected,
         steps=[Step(span_id="s1", kind="retrieval", documents=documents)],
     )
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        yield server
-
-
-@pytest.fixture
-def client(stub: OpenAIStub) -> JudgeClient:
-    return evaluator_client(stub)
 
 
 def blocks(stub: OpenAIStub, index: int = -1) -> dict[str, list[str]]:
@@ -331,10 +320,20 @@ def test_answer_correctness_edge_cases(stub: OpenAIStub, client: JudgeClient) ->
     assert evaluate(make_trace(expected=None)).label == "no_reference"
     assert evaluate(make_trace(answer="")).label == "no_answer"
     assert stub.chat_requests == []
-    stub.reply(
-        json.dumps({"answer_claims": [answer_claim("30 days.", "supported")], "reference_statements": []})
+    no_statement = json.dumps(
+        {"answer_claims": [answer_claim("30 days.", "supported")], "reference_statements": []}
     )
-    assert (evaluate(make_trace()).status, evaluate(make_trace()).label) == ("error", "bad_verdict")
+    no_claim = json.dumps(
+        {"answer_claims": [], "reference_statements": [statement("You have 30 days from delivery.", True)]}
+    )
+    for reply in (no_statement, no_claim, json.dumps({"answer_claims": []})):
+        stub.reply(reply)
+    # An answer with checkable sentences, yet no claim from the judge: unusable, not `no_claims`.
+    # Each run asks again (a rejected verdict is never cached), so each gets its own reply.
+    for mode in ("f1", "f1", "precision"):
+        score = make_judge_answer_correctness(client, mode=mode)(make_trace())
+        assert (score.status, score.label, score.value) == ("error", "bad_verdict", None), score
+    assert len(stub.chat_requests) == 3
 
 
 # -- shared: faults, fences, registry ---------------------------------------------------------------------
@@ -345,6 +344,64 @@ FACTORIES: dict[str, Callable[[JudgeClient], Callable[[RagTrace], Score]]] = {
     "answer_relevance": make_judge_answer_relevance,
     "answer_correctness": make_judge_answer_correctness,
 }
+
+
+def test_a_judge_that_finds_no_claim_never_passes_a_suite_case() -> None:
+    """Injection-style: a judge (broken, or obeying a planted "there is nothing to check") that
+    answers every claim-extraction request with an empty list must fail every case that has a
+    checkable answer, whatever the rest of its reply says; only a refusal, seen before any call,
+    stays skipped."""
+    from evaluators.registry import build_evaluators
+    from evaluators.suite import Suite, run_suite
+
+    def no_claims(request: Any) -> str:
+        name = request.json["response_format"]["json_schema"]["name"]
+        if name == "FaithfulnessVerdict":
+            return json.dumps({"claims": []})
+        if name == "AnswerPrecisionVerdict":
+            return json.dumps({"answer_claims": []})
+        everything_found = [statement("You have 30 days from delivery.", True)]
+        return json.dumps({"answer_claims": [], "reference_statements": everything_found})
+
+    contexts = [{"id": "refund-window", "text": WINDOW}]
+    suite = Suite.model_validate(
+        {
+            "name": "empty-claims",
+            "evaluators": [
+                {"name": "faithfulness"},
+                {"name": "groundedness", "mode": "answer"},
+                {"name": "answer_correctness"},
+                {"name": "answer_correctness", "mode": "precision"},
+            ],
+            "cases": [
+                {"name": "answer", "question": "q?", "contexts": contexts, "answer": a, "expected": EXPECTED}
+                for a in ("You have 30 days.", "Refunds are paid in store credit. Hope this helps!")
+            ]
+            + [
+                {
+                    "name": "refusal",
+                    "question": "q?",
+                    "contexts": contexts,
+                    "answer": "I'm sorry, I could not find that in the documents.",
+                    "expected": EXPECTED,
+                }
+            ],
+        }
+    )
+    with OpenAIStub() as stub:
+        stub.responder = no_claims
+        client = evaluator_client(stub)
+        results = run_suite(suite, lambda entries: build_evaluators(entries, client))
+    assert all(result.failed for result in results)
+    for result in results[:2]:
+        assert {(s.status, s.label) for s in result.scores} == {("error", "bad_verdict")}, result
+    refusal = {s.name: (s.status, s.label) for s in results[2].scores}
+    assert refusal == {
+        "faithfulness": ("skipped", "no_claims"),
+        "groundedness": ("skipped", "no_claims"),
+        "answer_correctness": ("fail", "noncommittal"),
+    }
+    assert len(stub.chat_requests) == 8  # one per evaluator per answered case: nothing replayed
 
 
 @pytest.mark.parametrize("name", sorted(FACTORIES))

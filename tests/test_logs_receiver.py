@@ -13,12 +13,11 @@ from __future__ import annotations
 import gzip
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
-import httpx
 import openai
 import orjson
 import pytest
@@ -26,31 +25,31 @@ from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
-from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
-from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord as PbLogRecord
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
-from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import Config
 from collector.service import BackgroundService, Service
-from tests.conftest import make_config, sql
+from tests.helpers import (
+    fast_assembler,
+    key_values,
+    make_config,
+    metric,
+    post_otlp,
+    sdk_exporter,
+    sdk_tracer_provider,
+    sql,
+    wait_for,
+)
 from tests.openai_stub import OpenAIStub
-
-T = TypeVar("T")
 
 QUESTION = "How long is the refund window?"
 ANSWER = "Refunds are accepted within 30 days of delivery."
@@ -65,35 +64,13 @@ JSON = "application/json"
 
 
 def config(tmp_path: Path, **assembler: float) -> Config:
-    return make_config(tmp_path, assembler={"decision_wait": 0.3, "poll_interval": 0.05, **assembler})
+    return make_config(tmp_path, assembler=fast_assembler(**assembler))
 
 
 @pytest.fixture
 def svc(tmp_path: Path) -> Iterator[Service]:
     with BackgroundService(config(tmp_path)) as service:
         yield service
-
-
-def wait_for(read: Callable[[], T], done: Callable[[T], bool], what: str, timeout: float = 15) -> T:
-    """Poll `read()` until `done(value)`; fail with the last value on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last value: {value!r}")
-        time.sleep(0.05)
-
-
-def metric(svc: Service, name: str, **labels: str) -> float:
-    """A sample's value on /metrics (0 when a labelled child was never touched)."""
-    text = httpx.get(f"{svc.http_url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return 0.0
 
 
 def event_rows(svc: Service, where: str = "true") -> list[dict[str, Any]]:
@@ -105,34 +82,13 @@ def event_rows(svc: Service, where: str = "true") -> list[dict[str, Any]]:
     )
 
 
-def log_exporter(svc: Service, transport: str, use_gzip: bool = False) -> Any:
-    if transport == "grpc":
-        return GrpcLogExporter(
-            endpoint=f"127.0.0.1:{svc.grpc_port}",
-            insecure=True,
-            timeout=10,
-            compression=grpc.Compression.Gzip if use_gzip else grpc.Compression.NoCompression,
-        )
-    return HttpLogExporter(
-        endpoint=f"{svc.http_url}/v1/logs",
-        timeout=10,
-        compression=HttpCompression.Gzip if use_gzip else HttpCompression.NoCompression,
-    )
-
-
 def logger_provider(
     svc: Service, transport: str, batch: bool = False, use_gzip: bool = False
 ) -> LoggerProvider:
     provider = LoggerProvider(resource=Resource.create({"service.name": "refund-bot"}))
-    exporter = log_exporter(svc, transport, use_gzip)
+    exporter = sdk_exporter(svc, "logs", transport, use_gzip)
     processor = BatchLogRecordProcessor(exporter) if batch else SimpleLogRecordProcessor(exporter)
     provider.add_log_record_processor(processor)
-    return provider
-
-
-def tracer_provider(svc: Service) -> TracerProvider:
-    provider = TracerProvider(resource=Resource.create({"service.name": "refund-bot"}))
-    provider.add_span_processor(SimpleSpanProcessor(HttpSpanExporter(endpoint=f"{svc.http_url}/v1/traces")))
     return provider
 
 
@@ -143,21 +99,13 @@ def span_context_of(trace_id: str, span_id: str) -> Context:
     return trace_api.set_span_in_context(span)
 
 
-def _any(value: Any) -> AnyValue:
-    if isinstance(value, str):
-        return AnyValue(string_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    raise TypeError(value)
-
-
 def pb_record(trace_id: bytes, span_id: bytes, event_name: str, **attributes: Any) -> PbLogRecord:
     return PbLogRecord(
         time_unix_nano=time.time_ns(),
         trace_id=trace_id,
         span_id=span_id,
         event_name=event_name,
-        attributes=[KeyValue(key=k, value=_any(v)) for k, v in attributes.items()],
+        attributes=key_values(attributes),
     )
 
 
@@ -166,13 +114,6 @@ def logs_request(*records: PbLogRecord) -> ExportLogsServiceRequest:
     scope_logs = request.resource_logs.add().scope_logs.add()
     scope_logs.log_records.extend(records)
     return request
-
-
-def post_logs(svc: Service, body: bytes, content_type: str, encoding: str | None = None) -> httpx.Response:
-    headers = {"Content-Type": content_type}
-    if encoding:
-        headers["Content-Encoding"] = encoding
-    return httpx.post(f"{svc.http_url}/v1/logs", content=body, headers=headers, timeout=30)
 
 
 # --------------------------------------------------------------------------- SDK exporters
@@ -269,13 +210,13 @@ def test_forwarded_log_exports_reach_the_downstream_untouched(tmp_path: Path, pr
             where = f"trace_id = '{trace_id}'"
             up_rows = event_rows(upstream, where)
             assert [row["name"] for row in up_rows] == ["gen_ai.user.message"]
-            down_rows = wait_for(lambda: event_rows(downstream, where), bool, "the forwarded event")
+            down_rows = wait_for(lambda: event_rows(downstream, where), what="the forwarded event")
             assert down_rows == up_rows
             received = "grpc" if protocol == "grpc" else "http/protobuf"
             ignored = wait_for(
                 lambda: metric(downstream, "ragpulse_log_records_ignored_total", protocol=received),
                 lambda n: n >= 1,
-                "the forwarded plain log",
+                what="the forwarded plain log",
             )
             assert ignored == 1
             assert metric(upstream, "ragpulse_forward_dropped_total") == 0
@@ -331,7 +272,7 @@ def test_otlp_json_logs_with_hex_ids(svc: Service) -> None:
             }
         ]
     }
-    response = post_logs(svc, orjson.dumps(document), JSON)
+    response = post_otlp(svc, orjson.dumps(document), JSON, signal="logs")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == JSON
     partial = response.json()["partialSuccess"]
@@ -364,13 +305,13 @@ def test_otlp_json_logs_with_hex_ids(svc: Service) -> None:
 def test_only_events_is_a_plain_success_and_only_plain_logs_a_warning(svc: Service) -> None:
     trace_id, span_id = os.urandom(16), os.urandom(8)
     event = logs_request(pb_record(trace_id, span_id, "gen_ai.user.message"))
-    response = post_logs(svc, gzip.compress(event.SerializeToString()), PROTOBUF, "gzip")
+    response = post_otlp(svc, gzip.compress(event.SerializeToString()), PROTOBUF, "gzip", signal="logs")
     assert response.status_code == 200, response.text
     reply = ExportLogsServiceResponse.FromString(response.content)
     assert not reply.HasField("partial_success")
 
     plain = logs_request(pb_record(trace_id, span_id, ""), pb_record(b"", b"", ""))
-    response = post_logs(svc, plain.SerializeToString(), PROTOBUF)
+    response = post_otlp(svc, plain.SerializeToString(), PROTOBUF, signal="logs")
     assert response.status_code == 200, response.text
     reply = ExportLogsServiceResponse.FromString(response.content)
     # OTLP: rejected 0 with a message is a warning; the exporter does not retry.
@@ -411,13 +352,21 @@ def test_logs_endpoint_refuses_like_traces(tmp_path: Path) -> None:
     cfg = make_config(tmp_path, receivers={"max_request_bytes": 4096})
     with BackgroundService(cfg) as svc:
         cases = [
-            (post_logs(svc, b"{}", "text/plain"), 415, "unsupported Content-Type"),
-            (post_logs(svc, b"\xff\xff\xff", PROTOBUF), 400, "not a valid protobuf ExportLogsServiceRequest"),
-            (post_logs(svc, b'{"resourceLogs": [', JSON), 400, "body is not valid JSON"),
-            (post_logs(svc, b'{"resourceLogs": 1}', JSON), 400, "resourceLogs must be a JSON array"),
-            (post_logs(svc, b"\x00" * 5000, PROTOBUF), 413, "exceeds the 4096 byte limit"),
+            (post_otlp(svc, b"{}", "text/plain", signal="logs"), 415, "unsupported Content-Type"),
             (
-                post_logs(svc, gzip.compress(b"\x00" * 50_000), PROTOBUF, "gzip"),
+                post_otlp(svc, b"\xff\xff\xff", PROTOBUF, signal="logs"),
+                400,
+                "not a valid protobuf ExportLogsServiceRequest",
+            ),
+            (post_otlp(svc, b'{"resourceLogs": [', JSON, signal="logs"), 400, "body is not valid JSON"),
+            (
+                post_otlp(svc, b'{"resourceLogs": 1}', JSON, signal="logs"),
+                400,
+                "resourceLogs must be a JSON array",
+            ),
+            (post_otlp(svc, b"\x00" * 5000, PROTOBUF, signal="logs"), 413, "exceeds the 4096 byte limit"),
+            (
+                post_otlp(svc, gzip.compress(b"\x00" * 50_000), PROTOBUF, "gzip", signal="logs"),
                 413,
                 "decompressed body exceeds",
             ),
@@ -497,7 +446,7 @@ def test_llm_content_from_log_events_reaches_steps_and_trace(
     # An event for an assembled trace re-assembles it. Whether the late arrival waits
     # decision_wait or max_wait (its root is not among the new rows), a short max_wait keeps it quick.
     with BackgroundService(config(tmp_path, max_wait=2.0)) as svc:
-        tracer = tracer_provider(svc).get_tracer("ragpulse.tests.logs")
+        tracer = sdk_tracer_provider(svc, "refund-bot").get_tracer("ragpulse.tests.logs")
         logs = logger_provider(svc, transport)
         logger = logs.get_logger("ragpulse.tests.logs")
         root = tracer.start_span(
@@ -525,7 +474,9 @@ def test_llm_content_from_log_events_reaches_steps_and_trace(
         llm.end()
         root.end()
         if order == "spans_first":
-            first = wait_for(lambda: trace_summary(svc, trace_id), lambda r: r is not None, "first assembly")
+            first = wait_for(
+                lambda: trace_summary(svc, trace_id), lambda r: r is not None, what="first assembly"
+            )
             assert first is not None
             assert (first["assembly_count"], first["question"], first["answer"], first["output"]) == (
                 1,
@@ -538,7 +489,7 @@ def test_llm_content_from_log_events_reaches_steps_and_trace(
         summary = wait_for(
             lambda: trace_summary(svc, trace_id),
             lambda r: r is not None and r["assembly_count"] == expected_count,
-            f"assembly #{expected_count}",
+            what=f"assembly #{expected_count}",
         )
         logs.shutdown()
         assert summary == {
@@ -567,7 +518,7 @@ def test_openai_v2_instrumentation_event_only_messages_reach_the_step(
     monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     # The event may be exported after the span's trace was assembled; see the test above.
     with BackgroundService(config(tmp_path, max_wait=2.0)) as svc, OpenAIStub() as stub:
-        tracer = tracer_provider(svc)
+        tracer = sdk_tracer_provider(svc, "refund-bot")
         logs = logger_provider(svc, "grpc", batch=True)
         instrumentor = OpenAIInstrumentor()
         instrumentor.instrument(tracer_provider=tracer, logger_provider=logs)
@@ -595,7 +546,7 @@ def test_openai_v2_instrumentation_event_only_messages_reach_the_step(
         summary = wait_for(
             lambda: trace_summary(svc, trace_id),
             lambda r: r is not None and r["answer"] is not None,
-            "a trace with the answer",
+            what="a trace with the answer",
         )
         assert summary is not None
         assert (summary["question"], summary["answer"]) == (QUESTION, ANSWER)

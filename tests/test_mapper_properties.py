@@ -699,6 +699,64 @@ def test_structured_document_id_is_not_turned_into_an_id() -> None:
     assert doc.id is None
 
 
+# --------------------------------------------------------------------------- ids from a vector database below
+
+_CHUNK_TEXTS = st.sampled_from(["alpha", "beta", "gamma", "delta", "epsilon"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hits=st.lists(
+        st.tuples(st.sampled_from([f"db-{i}" for i in range(8)]), _CHUNK_TEXTS),
+        max_size=8,
+        unique_by=lambda hit: hit[0],
+    ),
+    returned=st.lists(_CHUNK_TEXTS, min_size=1, max_size=6),
+)
+def test_database_ids_are_taken_by_text_whatever_the_order(
+    hits: list[tuple[str, str]], returned: list[str]
+) -> None:
+    """A retriever's documents without ids (OpenLLMetry's LangChain output) take the ids of the
+    vector-database results below them with the same text, whatever the order and count of either
+    list. A text returned under several ids hands them out in the database's order, the last one
+    repeating; a text the database did not return keeps the metadata `source` fallback."""
+    output = {"documents": [{"page_content": text, "metadata": {"source": "file.md"}} for text in returned]}
+    retriever = SpanRecord(
+        trace_id=TRACE_ID,
+        span_id="r",
+        name="vector_db_retrieve VectorStoreRetriever",
+        start_us=1,
+        end_us=10,
+        attributes={
+            "gen_ai.operation.name": "vector_db_retrieve",
+            "traceloop.entity.output": json.dumps(output),
+        },
+    )
+    results = [
+        EventRecord("db.query.result", 3, {"db.query.result.id": hit_id, "db.query.result.document": text})
+        for hit_id, text in hits
+    ]
+    database = SpanRecord(
+        trace_id=TRACE_ID,
+        span_id="c",
+        parent_span_id="r",
+        name="chroma.query",
+        start_us=2,
+        end_us=9,
+        attributes={"db.system": "chroma", "db.operation": "query"},
+        events=results,
+    )
+    (step,) = _map([retriever, database]).steps
+    assert [d.content for d in step.documents] == returned
+    ids_of: dict[str, list[str]] = {}
+    for hit_id, text in hits:
+        ids_of.setdefault(text, []).append(hit_id)
+    for text in set(returned):
+        given_ids = [d.id for d in step.documents if d.content == text]
+        ids = ids_of.get(text) or ["file.md"]
+        assert given_ids == (ids + [ids[-1]] * len(given_ids))[: len(given_ids)], text
+
+
 # --------------------------------------------------------------------------- the flattened-list index
 
 _SEGMENTS = st.sampled_from(["a", "b", "llm", "0", "1", "01", "12", "²", "", "x.y"])

@@ -1,8 +1,8 @@
 """The deterministic retrieval metrics (evaluators/retrieval.py) and the score record (evaluators/scores.py).
 
-Hand-worked values for every edge case of reference/metrics.md 5.1, 5.2 and 7 as DESIGN.md section 6
-decides them (duplicates, k beyond the list, no expected ids, nothing relevant retrieved, documents
-without ids, empty retrieval, graded nDCG), hypothesis properties of the pure functions, and the
+Hand-worked values for every definition and edge case of docs/scores.md, "Retrieval metrics"
+(duplicates, k beyond the list, no expected ids, nothing relevant retrieved, documents without ids,
+empty retrieval, graded nDCG), hypothesis properties of the pure functions, and the
 evaluator layer on RagTrace objects built directly.
 """
 
@@ -41,7 +41,7 @@ def close(actual: float | None, expected: float | Fraction) -> bool:
     return actual is not None and math.isclose(actual, float(expected), rel_tol=0, abs_tol=1e-12)
 
 
-# --------------------------------------------------------------------------- definitions (5.1)
+# --------------------------------------------------------------------------- definitions
 
 RUN = ["a", "x", "b", "y", "c"]
 QRELS = {"a", "b", "c", "d"}
@@ -66,13 +66,13 @@ def test_basic_values_by_hand() -> None:
 
 def test_mrr_is_cut_at_k() -> None:
     run = ["x", "y", "a"]
-    assert mrr(run, {"a"}, 2) == 0.0  # trec_eval recip_rank would say 1/3: DESIGN cuts at k
+    assert mrr(run, {"a"}, 2) == 0.0  # trec_eval recip_rank would say 1/3: MRR is cut at k here
     assert close(mrr(run, {"a"}, 3), Fraction(1, 3))
     assert close(mrr(run, {"a"}), Fraction(1, 3))
 
 
 def test_ndcg_ideal_ranking_uses_all_expected_ids() -> None:
-    # Phoenix normalises by the retrieved labels (would give 1.0); DESIGN: ideal of all expected ids.
+    # Phoenix normalises by the retrieved labels (would give 1.0); here: ideal of all expected ids.
     assert ndcg(["a"], {"a", "b"}, 1) == 1.0  # IDCG@1 = 1 too
     assert close(ndcg(["a"], {"a", "b"}, 2), 1 / (1 + 1 / L2(3)))
     assert close(ndcg(["a"], {"a", "b"}), 1 / (1 + 1 / L2(3)))
@@ -89,7 +89,7 @@ def test_ranks_as_given_no_resorting() -> None:
     assert mrr(["a", "b"], {"a"}) == 1.0
 
 
-# --------------------------------------------------------------------------- edge cases (5.2 / 7)
+# --------------------------------------------------------------------------- edge cases
 
 
 def test_duplicates_counted_once_first_occurrence_kept() -> None:
@@ -115,7 +115,7 @@ def test_duplicate_expected_ids_count_once() -> None:
 
 def test_k_beyond_the_list() -> None:
     run, qrels = ["a", "b"], {"a", "c"}
-    assert close(precision(run, qrels, 5), Fraction(1, 5))  # still divides by k (7.4)
+    assert close(precision(run, qrels, 5), Fraction(1, 5))  # still divides by k
     assert recall(run, qrels, 5) == 0.5
     assert hit(run, qrels, 5) == 1.0
     assert mrr(run, qrels, 5) == 1.0
@@ -160,7 +160,7 @@ def test_graded_ndcg_linear_gains() -> None:
     # DCG@3 of [c, x, a] = 1/log2(2) + 0 + 3/log2(4) = 2.5; IDCG@3 = 3/1 + 2/log2(3) + 1/log2(4).
     assert close(ndcg(["c", "x", "a"], grades, 3), 2.5 / (3 + 2 / L2(3) + 0.5))
     assert ndcg(["a", "b", "c"], grades, 3) == 1.0
-    # metrics.md 5.1, executed with pytrec_eval: qrels {a:1, b:2}, run a>b gives ndcg_cut_2 = 0.8597.
+    # Executed with pytrec_eval: qrels {a:1, b:2}, run a>b gives ndcg_cut_2 = 0.8597.
     assert ndcg(["a", "b"], {"a": 1, "b": 2}, 2) == pytest.approx(0.8597, abs=5e-5)
     assert close(ndcg(["a", "b"], {"a": 1, "b": 2}, 2), (1 + 2 / L2(3)) / (2 + 1 / L2(3)))
     # Linear, not exponential (ndcg_burges 2^g - 1 would give (1 + 3/log2 3) / (3 + 1/log2 3)).

@@ -1,15 +1,19 @@
 """Schema migrations on a real DuckDB file: a database written by an earlier version opens, gains
-what the new version needs, and keeps its rows."""
+what the new version needs, and keeps its rows; the migrated schema is exactly the one that
+`collector/store/tables.py` defines (columns, types, order), which the Arrow schemas share."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pytest
 
-from collector.store.duckdb_store import Store, schema_version
-from collector.store.schema import LATEST_VERSION, MIGRATIONS
-from collector.store.trace_store import TraceStore
+from collector.otlp.batch import EVENTS_SCHEMA, SPANS_SCHEMA, empty_batch
+from collector.store.duckdb_store import DuckDBStore, schema_version
+from collector.store.migrations import LATEST_VERSION, MIGRATIONS, add_columns
+from collector.store.tables import ALL_TABLES, SPAN_EVENTS, SPANS, TRACES
 
 
 def version_2_file(path: Path) -> None:
@@ -37,18 +41,78 @@ def version_2_file(path: Path) -> None:
 def test_a_version_2_file_gains_event_receive_times_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "old.duckdb"
     version_2_file(path)
-    store = Store(path)
-    try:
-        con = store.read_cursor()
-        assert schema_version(con) == LATEST_VERSION >= 3
-        assert con.execute("SELECT name, source, received_at FROM span_events").fetchall() == [
-            ("gen_ai.choice", "log", None)
-        ]
+    with DuckDBStore(path) as store:
+        assert store.query("SELECT max(version) FROM ragpulse_schema", 1, 5).rows == [(LATEST_VERSION,)]
+        assert LATEST_VERSION >= 3
+        rows = store.query("SELECT name, source, received_at FROM span_events", 10, 5).rows
+        assert rows == [("gen_ai.choice", "log", None)]
         # An event stored before its receive time was kept tells the recovery nothing: the
         # assembled trace is not assembled again on every start.
-        traces = TraceStore(store)
-        assert traces.pending_trace_ids() == []
-        traces.close()
-        con.close()
+        assert store.pending_trace_ids() == []
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+    return [(row[0], row[1]) for row in con.execute(f"DESCRIBE {table}").fetchall()]
+
+
+def test_migrations_build_exactly_the_defined_tables(tmp_path: Path) -> None:
+    path = tmp_path / "new.duckdb"
+    DuckDBStore(path).close()
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        assert schema_version(con) == LATEST_VERSION
+        for table in ALL_TABLES:
+            assert _columns(con, table.name) == [(c.name, c.sql_type) for c in table.columns], table.name
     finally:
-        store.close()
+        con.close()
+
+
+def test_the_definitions_create_the_same_tables_as_the_migrations(tmp_path: Path) -> None:
+    # `create_sql` (a fresh table from the definition) and the migration path agree.
+    con = duckdb.connect(str(tmp_path / "fresh.duckdb"))
+    try:
+        for table in ALL_TABLES:
+            con.execute(table.create_sql())
+            assert _columns(con, table.name) == [(c.name, c.sql_type) for c in table.columns]
+    finally:
+        con.close()
+
+
+def test_arrow_schemas_are_derived_from_the_definitions() -> None:
+    assert SPANS_SCHEMA.names == list(SPANS.column_names)
+    assert EVENTS_SCHEMA.names == list(SPAN_EVENTS.column_names)
+    # The decoder keeps OTLP's nanoseconds; assembled rows use DuckDB's microseconds.
+    assert SPANS_SCHEMA.field("start_time").type == pa.timestamp("ns")
+    assert TRACES.arrow_schema().field("start_time").type == pa.timestamp("us")
+    assert empty_batch().spans.schema == SPANS_SCHEMA
+
+
+def test_arrow_table_fills_missing_columns_and_refuses_unknown_ones() -> None:
+    table = TRACES.arrow_table({"trace_id": ["a", "b"], "question": ["q", None]}, 2)
+    assert table.schema == TRACES.arrow_schema()
+    assert table["sample_decision"].to_pylist() == [None, None]
+    assert table["question"].to_pylist() == ["q", None]
+    with pytest.raises(KeyError, match="no column"):
+        TRACES.arrow_table({"trace_id": ["a"], "quesiton": ["typo"]}, 1)
+
+
+def test_add_columns_spells_the_defined_type() -> None:
+    assert (
+        add_columns(SPAN_EVENTS, "received_at") == "ALTER TABLE span_events ADD COLUMN received_at TIMESTAMP;"
+    )
+    with pytest.raises(KeyError):
+        add_columns(SPAN_EVENTS, "no_such_column")
+
+
+def test_a_newer_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.duckdb"
+    DuckDBStore(path).close()
+    con = duckdb.connect(str(path))
+    con.execute(
+        "INSERT INTO ragpulse_schema VALUES (?, 'from the future', now()::TIMESTAMP)", [LATEST_VERSION + 1]
+    )
+    con.close()
+    from collector.store import StoreError
+
+    with pytest.raises(StoreError, match="newer than this ragpulse"):
+        DuckDBStore(path)

@@ -3,10 +3,8 @@ mapped alike, and its command line against a real collector."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,19 +15,18 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from collector.datasets import read_cases
 from collector.otlp.batch import decode_request
-from collector.processors.span_records import span_records
 from collector.service import BackgroundService
+from collector.store.span_records import span_records
 from examples.shop_assistant import CASES_FILE, Case, ShopAssistant, load_cases
 from examples.shop_assistant.knowledge import POLICY_INDEX, WRONG_INDEX, load_indexes
 from examples.shop_assistant.llm import NOT_FOUND, ComposerLLM
 from examples.shop_assistant.retriever import Bm25Retriever
 from examples.shop_assistant.text import sentences
 from semconv import RagTrace, map_trace
-from tests.conftest import make_config, sql
+from tests.helpers import REPO, doc_tuples, fast_assembler, free_port, make_config, one_step, sql, wait_for
 
 CASES = load_cases()
 INDEXES = load_indexes()
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _assistant(mode: str, convention: str = "ragpulse") -> tuple[ShopAssistant, InMemorySpanExporter]:
@@ -146,11 +143,8 @@ def test_both_conventions_map_to_the_same_rag_trace() -> None:
     assert (ours.input_tokens, ours.output_tokens) == (oi.input_tokens, oi.output_tokens)
     assert ours.input_tokens and ours.output_tokens
 
-    def docs(trace: RagTrace) -> list[tuple[int, str | None, str, float | None]]:
-        (step,) = trace.steps_of("retrieval")
-        return [(d.rank, d.id, d.content, d.score) for d in step.documents]
-
-    assert docs(ours) == docs(oi) and len(docs(ours)) == 3
+    ours_docs = doc_tuples(one_step(ours, "retrieval"))
+    assert ours_docs == doc_tuples(one_step(oi, "retrieval")) and len(ours_docs) == 3
     (llm_ours,) = ours.steps_of("llm")
     (llm_oi,) = oi.steps_of("llm")
     assert (
@@ -197,7 +191,7 @@ def _module_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_cli_sends_one_trace_per_question(tmp_path: Path, protocol: str) -> None:
-    config = make_config(tmp_path, assembler={"decision_wait": 0.3, "poll_interval": 0.05})
+    config = make_config(tmp_path, assembler=fast_assembler())
     with BackgroundService(config) as svc:
         port = svc.grpc_port if protocol == "grpc" else svc.http_port
         done = _module_cli(
@@ -207,12 +201,13 @@ def test_cli_sends_one_trace_per_question(tmp_path: Path, protocol: str) -> None
         assert done.returncode == 0, done.stderr
         assert f"{len(CASES)} trace(s), mode=hallucinate, convention=openinference" in done.stdout
         assert f"{3 * len(CASES)} span(s) acknowledged" in done.stdout
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            rows = sql(svc, "SELECT count(*) AS n FROM traces")
-            if rows[0]["n"] >= len(CASES):
-                break
-            time.sleep(0.1)
+        wait_for(
+            lambda: sql(svc, "SELECT count(*) AS n FROM traces")[0]["n"],
+            lambda n: n >= len(CASES),
+            timeout=20,
+            interval=0.1,
+            what=f"{len(CASES)} assembled traces",
+        )
         rows = sql(
             svc,
             "SELECT t.convention, t.case_id, s.attributes->>'app.mode' AS mode FROM traces t "
@@ -223,9 +218,7 @@ def test_cli_sends_one_trace_per_question(tmp_path: Path, protocol: str) -> None
 
 
 def test_cli_exits_non_zero_when_nothing_listens() -> None:
-    with socket.socket() as sock:  # a port nobody listens on once closed
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     done = _module_cli("--endpoint", f"127.0.0.1:{port}", "--timeout", "1", "--protocol", "http/protobuf")
     assert done.returncode == 1
     assert "0 span(s) acknowledged" in done.stdout

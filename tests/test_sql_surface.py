@@ -23,8 +23,9 @@ import pytest
 
 from collector.service import BackgroundService, Service
 from collector.sql import QueryError, check_read_only, run_query
-from collector.store.duckdb_store import Store, connect
-from tests.conftest import make_config, sql
+from collector.store import ReadOnlyStore, StoreError
+from collector.store.duckdb_store import DuckDBStore, connect
+from tests.helpers import make_config, post_otlp, sql, trace_request_json
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 ROOT, CHILD, GRANDCHILD = "b7ad6b7169203331", "00f067aa0ba902b7", "1111111111111111"
@@ -46,47 +47,28 @@ def otlp_document() -> dict[str, Any]:
             body["parentSpanId"] = parent
         return body
 
-    return {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "sqlsvc"}}]},
-                "scopeSpans": [
-                    {
-                        "scope": {"name": "tests"},
-                        "spans": [
-                            span(
-                                ROOT,
-                                None,
-                                "root",
-                                0,
-                                attributes=[
-                                    {"key": "rag.question", "value": {"stringValue": "why?"}},
-                                    {"key": "n", "value": {"intValue": "3"}},
-                                ],
-                            ),
-                            span(CHILD, ROOT, "retrieve", 10),
-                            span(
-                                GRANDCHILD,
-                                CHILD,
-                                "embed",
-                                20,
-                                events=[{"timeUnixNano": str(START), "name": "ev"}],
-                            ),
-                        ],
-                    }
+    return trace_request_json(
+        [
+            span(
+                ROOT,
+                None,
+                "root",
+                0,
+                attributes=[
+                    {"key": "rag.question", "value": {"stringValue": "why?"}},
+                    {"key": "n", "value": {"intValue": "3"}},
                 ],
-            }
-        ]
-    }
+            ),
+            span(CHILD, ROOT, "retrieve", 10),
+            span(GRANDCHILD, CHILD, "embed", 20, events=[{"timeUnixNano": str(START), "name": "ev"}]),
+        ],
+        "sqlsvc",
+        "tests",
+    )
 
 
 def send_spans(svc: Service) -> None:
-    response = httpx.post(
-        f"{svc.http_url}/v1/traces",
-        content=orjson.dumps(otlp_document()),
-        headers={"Content-Type": "application/json"},
-        timeout=30,
-    )
+    response = post_otlp(svc, orjson.dumps(otlp_document()), "application/json")
     assert response.status_code == 200, response.text
 
 
@@ -358,8 +340,6 @@ def test_read_only_file_refuses_file_network_and_writes(tmp_path, http_target):
 
 
 def test_read_only_connect_missing_file(tmp_path):
-    from collector.store.duckdb_store import StoreError
-
     with pytest.raises(StoreError, match="does not exist"):
         connect(tmp_path / "nope.duckdb", read_only=True)
     assert not (tmp_path / "nope.duckdb").exists()
@@ -490,19 +470,30 @@ def test_json_output_of_timestamptz(svc):
     assert dt.datetime.fromisoformat(row["tz"]) == dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
-def test_store_cursor_is_isolated_from_sql_errors(tmp_path):
-    # A failing query on a read cursor leaves the writer's connection usable.
-    store = Store(tmp_path / "iso.duckdb")
+def test_store_queries_are_isolated_from_sql_errors(tmp_path):
+    # A failing query runs on a cursor of its own and leaves the writer's connection usable.
+    store = DuckDBStore(tmp_path / "iso.duckdb")
     try:
-        cursor = store.read_cursor()
         with pytest.raises(QueryError):
-            run_query(cursor, "SELECT * FROM no_such_table", 10, 5)
-        cursor.close()
-        store.append(
+            store.query("SELECT * FROM no_such_table", 10, 5)
+        store.append_spans(
             pa.table({"trace_id": ["a"], "span_id": ["b"]}), pa.table({"trace_id": [], "span_id": []})
         )
-        cursor = store.read_cursor()
-        assert run_query(cursor, "SELECT trace_id, span_id FROM spans", 10, 5).rows == [("a", "b")]
-        cursor.close()
+        assert store.query("SELECT trace_id, span_id FROM spans", 10, 5).rows == [("a", "b")]
+    finally:
+        store.close()
+
+
+def test_a_read_only_store_refuses_every_write(tmp_path):
+    path = tmp_path / "ro-store.duckdb"
+    DuckDBStore(path).close()
+    store = DuckDBStore(path, read_only=True)
+    empty = pa.table({"trace_id": pa.array([], pa.string()), "span_id": pa.array([], pa.string())})
+    try:
+        with pytest.raises(ReadOnlyStore):
+            store.append_spans(empty, empty)
+        with pytest.raises(ReadOnlyStore):
+            store.write_cases(empty)
+        assert store.query("SELECT count(*) FROM spans", 1, 5).rows == [(0,)]
     finally:
         store.close()

@@ -6,11 +6,9 @@ client against the OpenAI-protocol test server (tests/openai_stub.py), and throu
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import yaml
 
 from collector.config import ConfigError, load_config
 from evaluators.judge import DuckDBVerdictStore, JudgeClient, JudgeSettings, VerdictStoreError
-from tests.conftest import RAGPULSE
+from tests.helpers import clean_env, file_execute, run_ragpulse
 from tests.judging import GOOD, Verdict, messages
 from tests.judging import settings as _settings
 from tests.openai_stub import OpenAIStub, RecordedRequest
@@ -31,12 +29,6 @@ ENTRY = {"parsed": {"verdict": "yes", "reason": "r"}, "raw": '{"verdict": "yes"}
 
 def settings(stub: OpenAIStub, **overrides: Any) -> JudgeSettings:
     return _settings(stub, **{"timeout": 2.0, "max_retries": 0, "backoff_max": 0.1, **overrides})
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        yield server
 
 
 # -- the store on its own ----------------------------------------------------------------------------------
@@ -105,10 +97,11 @@ def test_malformed_json_text_is_a_miss(tmp_path: Path) -> None:
     # DuckDB refuses malformed text in a JSON column, but a table made by other means (here with a
     # VARCHAR value column) can hold anything: it reads as a miss, never a crash.
     path = tmp_path / "v.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE judge_verdicts (key VARCHAR PRIMARY KEY, value VARCHAR, created_at TIMESTAMP)")
-    con.execute("INSERT INTO judge_verdicts VALUES ('bad', '{\"parsed\": {\"verdict\": ', NULL)")
-    con.close()
+    file_execute(
+        path,
+        "CREATE TABLE judge_verdicts (key VARCHAR PRIMARY KEY, value VARCHAR, created_at TIMESTAMP)",
+        "INSERT INTO judge_verdicts VALUES ('bad', '{\"parsed\": {\"verdict\": ', NULL)",
+    )
     with DuckDBVerdictStore(path) as store:
         assert store.get("bad") is None
         store.put("bad", ENTRY)
@@ -222,6 +215,45 @@ def test_a_stored_entry_that_fails_the_schema_is_asked_again_and_replaced(
         client.close()
 
 
+def test_a_verdict_the_scorer_rejects_is_not_stored_and_a_stored_one_is_asked_again(
+    stub: OpenAIStub, tmp_path: Path
+) -> None:
+    """Ranks [1, 1] for two documents parse but are unusable (`bad_verdict`): not persisted, so the
+    next run asks again; and a row holding such a verdict (as a store written before the scorers'
+    checks ran ahead of the cache may) is a miss, replaced by the next usable verdict."""
+    from evaluators.judge.scorers import make_judge_context_relevance
+    from semconv.models import Document, RagTrace, Step
+
+    def relevance(*ranks: int) -> str:
+        return json.dumps({"documents": [{"rank": r, "relevant": r == 2, "reason": ""} for r in ranks]})
+
+    documents = [
+        Document(rank=1, id="shipping", content="Shipping costs 5 euros outside the EU."),
+        Document(rank=2, id="refunds", content="Refunds are accepted within 30 days."),
+    ]
+    step = Step(span_id="s1", kind="retrieval", documents=documents)
+    trace = RagTrace(trace_id="t1", question="How long do refunds take?", steps=[step])
+    path = tmp_path / "verdicts.duckdb"
+    stub.reply(relevance(1, 1))
+    stub.reply(relevance(1, 2))
+    with DuckDBVerdictStore(path) as store, JudgeClient(settings(stub), store=store) as client:
+        rejected = make_judge_context_relevance(client)(trace)
+        assert (rejected.status, rejected.label) == ("error", "bad_verdict")
+        assert store.count() == 0
+        assert make_judge_context_relevance(client)(trace).status == "pass"
+        assert store.count() == 1 and len(stub.chat_requests) == 2
+
+    bad = {"parsed": json.loads(relevance(1, 1)), "raw": relevance(1, 1), "response_model": "judge-model"}
+    with duckdb.connect(str(path)) as con:
+        con.execute("UPDATE judge_verdicts SET value = ?", [json.dumps(bad)])
+    stub.reply(relevance(1, 2))
+    with DuckDBVerdictStore(path) as store, JudgeClient(settings(stub), store=store) as client:
+        again = make_judge_context_relevance(client)(trace)
+        assert (again.status, again.value) == ("pass", 0.5) and len(stub.chat_requests) == 3
+        [(value,)] = store._con.execute("SELECT CAST(value AS VARCHAR) FROM judge_verdicts").fetchall()
+        assert json.loads(value)["parsed"] == json.loads(relevance(1, 2))
+
+
 def test_judge_many_shares_one_store_across_threads(stub: OpenAIStub, tmp_path: Path) -> None:
     stub.responder = lambda request: GOOD
     calls = [(messages(f"question {i}?"), Verdict) for i in range(12)]
@@ -277,15 +309,8 @@ def run(tmp_path: Path, stub: OpenAIStub, *args: str) -> subprocess.CompletedPro
         }
     }
     (tmp_path / "ragpulse.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
-    env["OPENAI_API_KEY"] = "test"
-    return subprocess.run(
-        [str(RAGPULSE), *args, "--config", "ragpulse.yaml"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return run_ragpulse(
+        *args, "--config", "ragpulse.yaml", cwd=tmp_path, env=clean_env(OPENAI_API_KEY="test")
     )
 
 

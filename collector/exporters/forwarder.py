@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from collector.config import OtlpExporterConfig
+from collector.exporters.config import OtlpExporterConfig
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,8 @@ import pyarrow as pa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from collector.store.tables import SPAN_EVENTS, SPANS
+
 MAX_ATTRIBUTE_DEPTH = 32
 MAX_REPORTED_ERRORS = 5
 _INT64_MAX = (1 << 63) - 1
@@ -27,40 +29,9 @@ _ZERO_SPAN_ID = bytes(8)
 SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS_CODES = ("UNSET", "OK", "ERROR")
 
-_TS = pa.timestamp("ns")
-SPANS_SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("parent_span_id", pa.string()),
-        ("name", pa.string()),
-        ("kind", pa.string()),
-        ("service_name", pa.string()),
-        ("start_time", _TS),
-        ("end_time", _TS),
-        ("duration_ms", pa.float64()),
-        ("status_code", pa.string()),
-        ("status_message", pa.string()),
-        ("attributes", pa.string()),
-        ("resource_attributes", pa.string()),
-        ("scope_name", pa.string()),
-        ("scope_version", pa.string()),
-        ("trace_state", pa.string()),
-        ("links", pa.string()),
-        ("received_at", _TS),
-    ]
-)
-EVENTS_SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("time", _TS),
-        ("name", pa.string()),
-        ("attributes", pa.string()),
-        ("source", pa.string()),
-        ("received_at", _TS),
-    ]
-)
+# Rows are built in the tables' own shapes (nanosecond timestamps, as OTLP sends them).
+SPANS_SCHEMA = SPANS.arrow_schema()
+EVENTS_SCHEMA = SPAN_EVENTS.arrow_schema()
 
 
 class SpanRejected(ValueError):

@@ -32,12 +32,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.config import AssemblerConfig
 from collector.otlp.batch import SpanBatch
+from collector.processors.config import AssemblerConfig
 from collector.processors.mapping_job import CaseIndex, MapJob, MapResult, init_worker, run_map_job
-from collector.processors.span_records import SPAN_COLUMNS
-from collector.store.duckdb_store import Store
-from collector.store.trace_store import TraceStore
+from collector.store.base import Store
+from collector.store.span_records import SPAN_COLUMNS
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ class TraceAssembler:
         self._config = config
         self._metrics = metrics
         self._clock = clock
-        self._store = TraceStore(store)
+        self._store = store
         self._inbox: deque[SpanBatch] = deque()
         self._pending: dict[str, _Pending] = {}
         self._held: dict[int, _HeldBatch] = {}
@@ -135,7 +134,6 @@ class TraceAssembler:
             self._thread.join(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-        self._store.close()
 
     @property
     def in_flight(self) -> int:
@@ -360,7 +358,7 @@ class TraceAssembler:
             result = self._run_here(prepared.job).result()
         counts = prepared.counts
         replace = [t for t, (_, count) in counts.items() if count > 1]
-        self._store.write(result.tables, replace)
+        self._store.write_traces(result.tables, replace)
         for trace_id, convention in result.conventions.items():
             self._metrics.traces_assembled.labels(counts[trace_id][0]).inc()
             if convention == "unknown":
@@ -406,7 +404,7 @@ class TraceAssembler:
     def _load_cases(self) -> None:
         self._cases_stale = False
         index = CaseIndex()
-        for row in self._store.cases().to_pylist():
+        for row in self._store.read_cases().to_pylist():
             expected = orjson.loads(row["expected_documents"]) if row["expected_documents"] else None
             index.by_id[row["case_id"]] = (expected, row["expected_answer"])
             if row["normalized_question"]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from collector.datasets import normalize_question
-from collector.processors.span_records import last_received, records_by_trace, span_records
+from collector.store.span_records import last_received, records_by_trace, span_records
 from collector.store.trace_rows import AssembledTrace, TraceTables, trace_tables
 from semconv import RagTrace, map_trace
 

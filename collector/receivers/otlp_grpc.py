@@ -21,11 +21,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from collector.config import ReceiversConfig
-from collector.pipeline import ExportOutcome, IngestPipeline
+from collector.pipeline import ExportOutcome, IngestPipeline, Overloaded, Stopped
+from collector.receivers.config import ReceiversConfig
 from collector.receivers.responses import logs_response, trace_response
 from collector.receivers.retry import grpc_retry_metadata
-from collector.store.writer import Overloaded, WriterStopped
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ async def _committed(
     """Await an export's commit; a full queue or a store failure aborts with UNAVAILABLE + RetryInfo."""
     try:
         outcome = await export
-    except (Overloaded, WriterStopped) as exc:
+    except (Overloaded, Stopped) as exc:
         metrics.requests.labels(PROTOCOL, "retry").inc()
         await context.abort(
             grpc.StatusCode.UNAVAILABLE,

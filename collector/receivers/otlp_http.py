@@ -8,6 +8,7 @@ behind 503 with Retry-After, which standard exporters honour.
 
 from __future__ import annotations
 
+import functools
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -28,12 +29,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from collector.config import ReceiversConfig
 from collector.otlp.json_request import UndecodableBody, parse_json_logs_request, parse_json_request
-from collector.pipeline import ExportOutcome, IngestPipeline
+from collector.pipeline import ExportOutcome, IngestPipeline, Overloaded, Stopped
+from collector.receivers.config import ReceiversConfig
 from collector.receivers.responses import logs_response, trace_response
 from collector.receivers.retry import http_retry_after
-from collector.store.writer import Overloaded, WriterStopped
 from collector.telemetry import Metrics
 
 PROTOBUF = "application/x-protobuf"
@@ -143,15 +143,18 @@ class OtlpHttpReceiver:
         started = time.perf_counter()
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         as_json = media_type == JSON
+        # One label per encoding, whatever the outcome; an unknown media type counts as protobuf,
+        # OTLP/HTTP's default encoding.
+        protocol = self.PROTOCOL_JSON if as_json else self.PROTOCOL_PROTOBUF
+        refuse = functools.partial(self._refuse, protocol)
         if media_type not in _PROTOBUF_TYPES and not as_json:
-            return self._refuse(
+            return refuse(
                 415,
                 code_pb2.INVALID_ARGUMENT,
                 f"unsupported Content-Type {media_type or '(none)'!r}; use {PROTOBUF} or {JSON}",
                 as_json=True,
                 outcome="unsupported",
             )
-        protocol = self.PROTOCOL_JSON if as_json else self.PROTOCOL_PROTOBUF
         limit = self._config.max_request_bytes
         try:
             body = await read_body(request, limit)
@@ -163,13 +166,13 @@ class OtlpHttpReceiver:
             else:
                 message, rejected, errors = signal.request_type.FromString(body), 0, []
         except BodyTooLarge as exc:
-            return self._refuse(413, code_pb2.RESOURCE_EXHAUSTED, str(exc), as_json, "too_large")
+            return refuse(413, code_pb2.RESOURCE_EXHAUSTED, str(exc), as_json, "too_large")
         except UnsupportedEncoding as exc:
-            return self._refuse(415, code_pb2.INVALID_ARGUMENT, str(exc), as_json, "unsupported")
+            return refuse(415, code_pb2.INVALID_ARGUMENT, str(exc), as_json, "unsupported")
         except UndecodableBody as exc:
-            return self._refuse(400, code_pb2.INVALID_ARGUMENT, str(exc), as_json, "invalid")
+            return refuse(400, code_pb2.INVALID_ARGUMENT, str(exc), as_json, "invalid")
         except DecodeError as exc:
-            return self._refuse(
+            return refuse(
                 400,
                 code_pb2.INVALID_ARGUMENT,
                 f"body is not a valid protobuf {signal.request_type.__name__}: {exc}",
@@ -178,8 +181,8 @@ class OtlpHttpReceiver:
             )
         try:
             outcome = await signal.export(message, protocol, rejected, errors)
-        except (Overloaded, WriterStopped) as exc:
-            return self._refuse(
+        except (Overloaded, Stopped) as exc:
+            return refuse(
                 503,
                 code_pb2.UNAVAILABLE,
                 str(exc),
@@ -188,7 +191,7 @@ class OtlpHttpReceiver:
                 {"Retry-After": http_retry_after(self._config.retry_after)},
             )
         except Exception as exc:  # store failure: nothing acknowledged, the client may retry
-            return self._refuse(
+            return refuse(
                 503,
                 code_pb2.UNAVAILABLE,
                 f"store error: {exc}",
@@ -203,6 +206,7 @@ class OtlpHttpReceiver:
 
     def _refuse(
         self,
+        protocol: str,
         http_status: int,
         code: int,
         message: str,
@@ -210,5 +214,5 @@ class OtlpHttpReceiver:
         outcome: str,
         headers: dict[str, str] | None = None,
     ) -> Response:
-        self._metrics.requests.labels("http", outcome).inc()
+        self._metrics.requests.labels(protocol, outcome).inc()
         return _status_response(http_status, code, message, as_json, headers)

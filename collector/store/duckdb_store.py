@@ -1,31 +1,27 @@
-"""The DuckDB-file backend of the store.
+"""The DuckDB-file backend of the store (`store.backend: duckdb`, the default).
 
-The rest of ragpulse reaches storage only through `Store`: `append` (one transaction per group
-commit, Arrow in, no row-by-row inserts) and `read_cursor` (a cursor for read-only SQL). A DuckLake
-backend can later implement the same few methods.
+One writer connection takes the span writer's group commits; every other operation runs on a
+cursor of its own (a DuckDB cursor is a connection to the same database), so assembly, golden
+cases and SQL readers never wait on a group commit and the writer never waits on them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from collector.config import StoreConfig
-from collector.store.schema import LATEST_VERSION, MIGRATIONS
-
-
-class StoreError(RuntimeError):
-    """The database file cannot be opened or written."""
-
-
-class StoreLocked(StoreError):
-    """Another process (usually a running `ragpulse serve`) holds the database file."""
+from collector.sql import QueryResult, run_query
+from collector.store.base import ReadOnlyStore, Store, StoreError, StoreLocked
+from collector.store.config import StoreConfig
+from collector.store.migrations import LATEST_VERSION, MIGRATIONS
+from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
+from collector.store.trace_rows import TraceTables
 
 
 def _connection_config(config: StoreConfig | None, read_only: bool) -> dict[str, Any]:
@@ -110,42 +106,160 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     con.execute("COMMIT")
 
 
-class Store:
-    """A ragpulse database file opened for writing: one writer connection, cursors for readers."""
+_IDS = "_trace_ids"
 
-    def __init__(self, path: str | Path, config: StoreConfig | None = None) -> None:
+
+def _ids_table(trace_ids: Iterable[str]) -> pa.Table:
+    return pa.table({"trace_id": pa.array(list(trace_ids), pa.string())})
+
+
+@contextlib.contextmanager
+def _registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
+    con.register(name, table)
+    try:
+        yield
+    finally:
+        con.unregister(name)
+
+
+class DuckDBStore(Store):
+    """A ragpulse database file: one writer connection, a cursor per operation for the rest.
+
+    `read_only=True` opens an existing file for queries only (no migration; writes raise
+    `ReadOnlyStore`); it fails with `StoreLocked` while a writer holds the file."""
+
+    def __init__(self, path: str | Path, config: StoreConfig | None = None, read_only: bool = False) -> None:
         self.path = Path(path)
-        self._con = connect(self.path, config)
+        self.read_only = read_only
+        self._con = connect(self.path, config, read_only=read_only)
         self._write_lock = threading.Lock()
+        if read_only:
+            return
         try:
             migrate(self._con)
         except Exception:
             self._con.close()
             raise
 
-    def append(self, spans: pa.Table, events: pa.Table) -> None:
-        """Insert one group of spans and events in a single committed transaction."""
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        cursor = self._con.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only")
+
+    # ---------------------------------------------------------------- ingest
+
+    def append_spans(self, spans: pa.Table, events: pa.Table) -> None:
+        self._writable()
         with self._write_lock, transaction(self._con) as con:
             if spans.num_rows:
-                con.register("_ingest_spans", spans)
-                con.execute("INSERT INTO spans BY NAME SELECT * FROM _ingest_spans")
-                con.unregister("_ingest_spans")
+                with _registered(con, "_ingest_spans", spans):
+                    con.execute("INSERT INTO spans BY NAME SELECT * FROM _ingest_spans")
             if events.num_rows:
-                con.register("_ingest_events", events)
-                con.execute("INSERT INTO span_events BY NAME SELECT * FROM _ingest_events")
-                con.unregister("_ingest_events")
+                with _registered(con, "_ingest_events", events):
+                    con.execute("INSERT INTO span_events BY NAME SELECT * FROM _ingest_events")
 
-    def read_cursor(self) -> duckdb.DuckDBPyConnection:
-        """A new cursor on the same database, for one reader thread (SQL API)."""
-        return self._con.cursor()
+    # ---------------------------------------------------------------- assembly
+
+    def read_spans(self, trace_ids: Iterable[str]) -> tuple[pa.Table, pa.Table]:
+        span_columns = ", ".join(f"s.{c}" for c in (*SPAN_COLUMNS, "received_at"))
+        event_columns = ", ".join(f"e.{c}" for c in (*EVENT_COLUMNS, "received_at"))
+        with self._cursor() as con, _registered(con, _IDS, _ids_table(trace_ids)):
+            spans = con.execute(
+                f"SELECT {span_columns} FROM spans s SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id"
+            ).to_arrow_table()
+            events = con.execute(
+                f"SELECT {event_columns} FROM span_events e SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id"
+            ).to_arrow_table()
+        return spans, events
+
+    def pending_trace_ids(self) -> list[str]:
+        # Events of a trace with no span yet make it wait for its spans, as in the running service.
+        with self._cursor() as con:
+            rows = con.execute(
+                """
+                WITH s AS (SELECT trace_id, max(received_at) AS last FROM spans GROUP BY trace_id),
+                     e AS (SELECT trace_id, max(received_at) AS last FROM span_events
+                           WHERE source = 'log' GROUP BY trace_id)
+                SELECT s.trace_id
+                FROM s
+                LEFT JOIN e ON e.trace_id = s.trace_id
+                LEFT JOIN traces t ON t.trace_id = s.trace_id
+                WHERE t.trace_id IS NULL
+                   OR s.last > t.last_received_at
+                   OR coalesce(e.last > t.last_received_at, false)
+                ORDER BY s.last
+                """
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def has_traces(self) -> bool:
+        with self._cursor() as con:
+            row = con.execute("SELECT EXISTS (SELECT 1 FROM traces)").fetchone()
+        return bool(row and row[0])
+
+    def assembly_counts(self, trace_ids: Iterable[str]) -> dict[str, int]:
+        with self._cursor() as con, _registered(con, _IDS, _ids_table(trace_ids)):
+            rows = con.execute(
+                "SELECT t.trace_id, t.assembly_count FROM traces t "
+                f"SEMI JOIN {_IDS} i ON t.trace_id = i.trace_id"
+            ).fetchall()
+        return {trace_id: count or 1 for trace_id, count in rows}
+
+    def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
+        self._writable()
+        with self._cursor() as con, transaction(con):
+            if replace:
+                with _registered(con, _IDS, _ids_table(replace)):
+                    for table in ("traces", "steps", "documents"):
+                        con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM {_IDS})")
+            for table, rows in (
+                ("traces", tables.traces),
+                ("steps", tables.steps),
+                ("documents", tables.documents),
+            ):
+                if rows.num_rows:
+                    with _registered(con, "_assembled", rows):
+                        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _assembled")
+
+    # ---------------------------------------------------------------- golden cases
+
+    def read_cases(self) -> pa.Table:
+        with self._cursor() as con:
+            return con.execute(
+                "SELECT case_id, normalized_question, expected_documents, expected_answer FROM cases"
+            ).to_arrow_table()
+
+    def write_cases(self, cases: pa.Table) -> None:
+        self._writable()
+        with self._cursor() as con, transaction(con), _registered(con, "_cases", cases):
+            con.execute("DELETE FROM cases WHERE case_id IN (SELECT case_id FROM _cases)")
+            con.execute("INSERT INTO cases BY NAME SELECT * FROM _cases")
+
+    # ---------------------------------------------------------------- read-only SQL
+
+    def query(self, sql: str, max_rows: int, timeout: float) -> QueryResult:
+        with self._cursor() as con:
+            return run_query(con, sql, max_rows, timeout)
+
+    # ---------------------------------------------------------------- lifecycle
 
     def checkpoint(self) -> None:
+        if self.read_only:
+            return
         with self._write_lock:
             self._con.execute("CHECKPOINT")
 
     def close(self) -> None:
         with self._write_lock:
             try:
-                self._con.execute("CHECKPOINT")
+                if not self.read_only:
+                    self._con.execute("CHECKPOINT")
             finally:
                 self._con.close()

@@ -9,77 +9,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from collector.store.tables import DOCUMENTS, STEPS, TRACES
 from semconv import RagTrace
-
-_TS = pa.timestamp("us")
-
-TRACES_SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("service_name", pa.string()),
-        ("root_span_id", pa.string()),
-        ("start_time", _TS),
-        ("end_time", _TS),
-        ("duration_ms", pa.float64()),
-        ("question", pa.string()),
-        ("answer", pa.string()),
-        ("convention", pa.string()),
-        ("status", pa.string()),
-        ("retrieval_ms", pa.float64()),
-        ("generation_ms", pa.float64()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("span_count", pa.int32()),
-        ("step_count", pa.int32()),
-        ("case_id", pa.string()),
-        ("case_match", pa.string()),
-        ("expected_documents", pa.string()),
-        ("expected_answer", pa.string()),
-        ("session_id", pa.string()),
-        ("mapping_error", pa.string()),
-        ("assembled_at", _TS),
-        ("assembly_reason", pa.string()),
-        ("assembly_count", pa.int32()),
-        ("last_received_at", _TS),
-    ]
-)
-STEPS_SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("parent_span_id", pa.string()),
-        ("position", pa.int32()),
-        ("kind", pa.string()),
-        ("name", pa.string()),
-        ("convention", pa.string()),
-        ("model", pa.string()),
-        ("provider", pa.string()),
-        ("query", pa.string()),
-        ("input", pa.string()),
-        ("output", pa.string()),
-        ("start_time", _TS),
-        ("end_time", _TS),
-        ("duration_ms", pa.float64()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("total_tokens", pa.int64()),
-        ("status", pa.string()),
-        ("span_ids", pa.list_(pa.string())),
-    ]
-)
-DOCUMENTS_SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("stage", pa.string()),
-        ("rank", pa.int32()),
-        ("doc_id", pa.string()),
-        ("content", pa.string()),
-        ("score", pa.float64()),
-        ("distance", pa.float64()),
-        ("metadata", pa.string()),
-    ]
-)
 
 
 @dataclass
@@ -176,7 +107,7 @@ def trace_tables(assembled: Sequence[AssembledTrace], now_us: int) -> TraceTable
         "metadata": [_json(d[3].metadata) for d in docs],
     }
     return TraceTables(
-        traces=pa.table(trace_columns, schema=TRACES_SCHEMA),
-        steps=pa.table(step_columns, schema=STEPS_SCHEMA),
-        documents=pa.table(doc_columns, schema=DOCUMENTS_SCHEMA),
+        traces=TRACES.arrow_table(trace_columns, len(traces)),
+        steps=STEPS.arrow_table(step_columns, len(steps)),
+        documents=DOCUMENTS.arrow_table(doc_columns, len(docs)),
     )

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from collector.otlp.batch import SpanBatch, concat_batches
-from collector.store.duckdb_store import Store
+from collector.store.base import Store
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,8 @@ class Overloaded(RuntimeError):
     """The store is behind: the export should be retried later."""
 
 
-class WriterStopped(RuntimeError):
-    """The writer is shutting down and takes no more exports."""
+class Stopped(RuntimeError):
+    """ragpulse is shutting down and takes no more exports."""
 
 
 def _rows(batch: SpanBatch) -> int:
@@ -75,7 +75,7 @@ class SpanWriter:
         size = _rows(batch)
         with self._cond:
             if self._stopping:
-                raise WriterStopped("ragpulse is shutting down")
+                raise Stopped("ragpulse is shutting down")
             if self._queued_spans and self._queued_spans + size > self._max_queue_spans:
                 self._metrics.exports_throttled.inc()
                 raise Overloaded(
@@ -120,7 +120,7 @@ class SpanWriter:
         batch = concat_batches([b for b, _ in taken])
         started = time.perf_counter()
         try:
-            self._store.append(batch.spans, batch.events)
+            self._store.append_spans(batch.spans, batch.events)
         except Exception as exc:
             log.exception("commit of %d spans failed", batch.accepted)
             self._metrics.commit_errors.inc()

@@ -1,27 +1,72 @@
-"""The LLM judge: a fail-closed OpenAI-compatible client (`client`), fencing / clipping of untrusted text
-(`fence`) and a persistent verdict cache in DuckDB (`store`). Judge evaluators build their prompts with
-`fence_inputs` and call `JudgeClient.judge`."""
+"""The LLM judge: its settings (`settings`), a fail-closed OpenAI-compatible client (`client`),
+building one from settings (`build`), fencing / clipping of untrusted text (`fence`) and a
+persistent verdict cache in DuckDB (`store`). Judge evaluators build their prompts with
+`fence_inputs` and call `JudgeClient.judge`.
 
-from evaluators.judge.client import (
-    JudgeCheckError,
-    JudgeClient,
-    JudgeResult,
-    JudgeSettings,
-    VerdictStore,
-    strict_json_schema,
-)
-from evaluators.judge.fence import (
-    MAX_DOCUMENT_CHARS,
-    MAX_TOTAL_CHARS,
-    ClipReport,
-    Fence,
-    FencedInputs,
-    clip_documents,
-    fence_inputs,
-    make_fence,
-    neutralize,
-)
-from evaluators.judge.store import DuckDBVerdictStore, VerdictStoreError
+Names are imported on first use, so reading the `judge:` settings (every command's config) does
+not load the `openai` package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "JudgeSetupError": "build",
+    "close_judge": "build",
+    "open_judge": "build",
+    "JudgeCheckError": "client",
+    "JudgeClient": "client",
+    "JudgeResult": "client",
+    "VerdictStore": "client",
+    "strict_json_schema": "client",
+    "MAX_DOCUMENT_CHARS": "fence",
+    "MAX_TOTAL_CHARS": "fence",
+    "ClipReport": "fence",
+    "Fence": "fence",
+    "FencedInputs": "fence",
+    "clip_documents": "fence",
+    "fence_inputs": "fence",
+    "make_fence": "fence",
+    "neutralize": "fence",
+    "JudgeSettings": "settings",
+    "DuckDBVerdictStore": "store",
+    "VerdictStoreError": "store",
+}
+
+if TYPE_CHECKING:
+    from evaluators.judge.build import JudgeSetupError, close_judge, open_judge
+    from evaluators.judge.client import (
+        JudgeCheckError,
+        JudgeClient,
+        JudgeResult,
+        VerdictStore,
+        strict_json_schema,
+    )
+    from evaluators.judge.fence import (
+        MAX_DOCUMENT_CHARS,
+        MAX_TOTAL_CHARS,
+        ClipReport,
+        Fence,
+        FencedInputs,
+        clip_documents,
+        fence_inputs,
+        make_fence,
+        neutralize,
+    )
+    from evaluators.judge.settings import JudgeSettings
+    from evaluators.judge.store import DuckDBVerdictStore, VerdictStoreError
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_DOCUMENT_CHARS",
@@ -34,11 +79,14 @@ __all__ = [
     "JudgeClient",
     "JudgeResult",
     "JudgeSettings",
+    "JudgeSetupError",
     "VerdictStore",
     "VerdictStoreError",
     "clip_documents",
+    "close_judge",
     "fence_inputs",
     "make_fence",
     "neutralize",
+    "open_judge",
     "strict_json_schema",
 ]

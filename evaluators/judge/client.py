@@ -5,7 +5,7 @@ matches the pydantic model `Schema` and returns a `JudgeResult` with either `par
 `Schema` instance) or `error` (a reason code in `error_kind` and a sentence in `error`) — never both,
 never a made-up verdict.
 
-Design choices (DESIGN.md section 6, reference/metrics.md section 6):
+Design choices (docs/scores.md, "The judge", describes the resulting behaviour):
 
 - **Synchronous `openai.OpenAI` plus threads, not `AsyncOpenAI`.** Scoring runs in the assembler
   thread, in worker processes and in the `ragpulse eval` CLI; a sync client works in all of them
@@ -28,10 +28,17 @@ Design choices (DESIGN.md section 6, reference/metrics.md section 6):
   to JSON mode (`{"type": "json_object"}`) with the schema spelled out in a system message, and
   remembers that for the rest of its life. Either way the reply is parsed with `json.loads` and
   validated with pydantic: data only, never evaluated.
+- **Caller's check**: `judge(..., check=fn)` runs `fn(parsed)` on a verdict that matched the schema;
+  a reason string rejects it (`error_kind` `bad_verdict`). The check runs before the verdict is cached
+  and again on every cache hit, so a verdict the caller cannot use is never cached, and one cached
+  before (by a caller without the check, or an older version) is a miss: the judge is asked again.
+  It is not re-sampled within the call: the output budget is for replies that do not parse, and a
+  judge that systematically returns unusable verdicts then costs one call per evaluation.
 - **Cache**: a verdict is reused when model, temperature, prompt version, messages and schema are
   the same (sha256). The per-call fence token is replaced by a placeholder before hashing
-  (`fence_token=`), or no fenced prompt would ever hit. Only successes are cached, so a transient
-  failure is tried again next time. `VerdictStore` makes it persistent (e.g. a DuckDB table).
+  (`fence_token=`), or no fenced prompt would ever hit. Only successes (that pass the check) are
+  cached, so a transient failure is tried again next time. `VerdictStore` makes it persistent (e.g. a
+  DuckDB table).
 - **Tokens** are summed from `usage` over every attempt that returned one (they were all paid for);
   a cache hit costs 0. `latency_ms` is the wall time of the whole `judge()` call, waits included.
 - **Timeout** is httpx's per-operation timeout (connect, read, write): a server silent for longer than
@@ -54,9 +61,10 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 from urllib.parse import urlparse
 
 import openai
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..parallel import map_in_order
+from .settings import JudgeSettings
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -76,36 +84,13 @@ ErrorKind = Literal[
     "refusal",
     "empty_reply",
     "bad_response",
+    "bad_verdict",  # the caller's check rejected a verdict that matched the schema
 ]
 
 _RETRYABLE_STATUS = {408, 409, 429}
 
-
-class JudgeSettings(BaseModel):
-    """The `judge:` config keys (DESIGN.md section 9), plus tuning knobs with safe defaults.
-
-    Mirrors `collector.config.JudgeConfig` (evaluators must not import collector); build it with
-    `JudgeSettings.model_validate(config.judge.model_dump())` and add any extra keys.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    base_url: str | None = None  # None: OPENAI_BASE_URL, else the OpenAI API
-    model: str | None = None
-    temperature: float = Field(0.0, ge=0, le=2)
-    timeout: float = Field(30.0, gt=0)
-    max_concurrency: int = Field(16, gt=0)
-    max_retries: int = Field(3, ge=0)
-    # None: OPENAI_API_KEY. Local servers (Ollama, llama.cpp, vLLM) usually need none at all.
-    api_key: SecretStr | None = None
-    backoff_initial: float = Field(0.5, gt=0)
-    # Caps every wait, Retry-After included: a server asking for 10 minutes gets `backoff_max`.
-    backoff_max: float = Field(20.0, gt=0)
-    output_retries: int = Field(1, ge=0)
-    max_tokens: int | None = Field(None, gt=0)
-    # auto: json_schema, falling back to json_object when the server rejects it.
-    response_format: Literal["auto", "json_schema", "json_object"] = "auto"
-    cache_size: int = Field(10_000, ge=0)
+# A caller's check of a parsed verdict: None when usable, else why not (see `JudgeClient.judge`).
+VerdictCheck = Callable[[T], str | None]
 
 
 @dataclass
@@ -354,7 +339,7 @@ class JudgeClient:
         return self._json_schema_ok
 
     def score_fields(self, result: JudgeResult[Any], prompt_version: str) -> dict[str, Any]:
-        """The judge fields of a `Score` (DESIGN.md section 6) for `result`."""
+        """The judge fields of a `Score` (docs/scores.md, "Provenance") for `result`."""
         return {
             "provider": self.provider,
             "model": self.model,
@@ -399,6 +384,12 @@ class JudgeClient:
             return self.store.get(key)
         return None
 
+    def _cache_drop(self, key: str) -> None:
+        # Memory only: a store entry that fails the check stays a miss until a usable verdict
+        # replaces it (the store protocol has no delete, and the replacement is an upsert).
+        with self._cache_lock:
+            self._cache.pop(key, None)
+
     def _cache_put(self, key: str, entry: dict[str, Any]) -> None:
         if self.settings.cache_size:
             with self._cache_lock:
@@ -419,12 +410,16 @@ class JudgeClient:
         prompt_version: str = "unversioned",
         fence_token: str | None = None,
         use_cache: bool = True,
+        check: VerdictCheck[T] | None = None,
     ) -> JudgeResult[T]:
-        """Ask for one `schema` verdict; never raises for judge failures (they come back in `error`)."""
+        """Ask for one `schema` verdict; never raises for judge failures (they come back in `error`).
+
+        `check(parsed)` returns None for a usable verdict, else why it is not: then the result is an
+        `error` `bad_verdict` and nothing is cached (see the module docstring)."""
         started = time.monotonic()
         key = self.cache_key(messages, schema, prompt_version=prompt_version, fence_token=fence_token)
         if use_cache:
-            hit = self._from_cache(key, schema, started)
+            hit = self._from_cache(key, schema, started, check)
             if hit is not None:
                 return hit
 
@@ -461,6 +456,11 @@ class JudgeClient:
                 self._sleep(wait)
 
         result.latency_ms = (time.monotonic() - started) * 1000
+        problem = check(result.parsed) if result.parsed is not None and check is not None else None
+        if problem is not None:
+            # Rejected before caching: a cached verdict would give the same error on every later run
+            # (and to every caller sharing the key) without asking the judge again.
+            result.parsed, result.error, result.error_kind = None, problem, "bad_verdict"
         if result.parsed is not None:
             result.error = result.error_kind = None
             if use_cache:
@@ -516,7 +516,9 @@ class JudgeClient:
 
     # -- internals ----------------------------------------------------------------------------------
 
-    def _from_cache(self, key: str, schema: type[T], started: float) -> JudgeResult[T] | None:
+    def _from_cache(
+        self, key: str, schema: type[T], started: float, check: VerdictCheck[T] | None
+    ) -> JudgeResult[T] | None:
         entry = self._cache_get(key)
         if entry is None:
             return None
@@ -524,6 +526,9 @@ class JudgeClient:
             parsed = schema.model_validate(entry.get("parsed"))
         except ValidationError:
             return None  # a stale or corrupt store entry is a miss, never a verdict
+        if check is not None and check(parsed) is not None:
+            self._cache_drop(key)
+            return None  # cached without the check (or before it existed): ask the judge again
         return JudgeResult(
             parsed=parsed,
             error=None,

@@ -25,7 +25,7 @@ one. A document cannot close the fence because:
    `&lt;data...`, so even a correct guess cannot form a tag.
    Document ids are neutralised the same way.
 
-Clipping (DESIGN.md section 6): each document is cut at 4,000 characters and the documents together
+Clipping (docs/scores.md, "Clipping"): each document is cut at 4,000 characters and the documents together
 at 24,000, in rank order, so the top-ranked documents keep their text. A document past the total
 budget stays in the prompt with empty text (the judge still gives it a verdict, and the per-document
 verdict list keeps its length); its entry says `"clipped":"0/5123"`. `ClipReport` records what was

@@ -1,4 +1,4 @@
-"""Judge prompts and verdict schemas (DESIGN.md section 6).
+"""Judge prompts and verdict schemas (docs/scores.md, "The judge").
 
 Prompts are short on purpose: the target is at most half of RAGAS's prompt tokens per sample
 (RAGAS 0.4.3 faithfulness spends 1,234 o200k tokens on 301 characters of context, over two calls;

@@ -1,7 +1,7 @@
 """Judge evaluators: `Callable[[RagTrace], Score]` built on the fail-closed `JudgeClient`.
 Default pass lines are those of the no-judge variants (`evaluators.text.DEFAULT_MIN`).
 
-One judge call per evaluator per trace (DESIGN.md section 6):
+One judge call per evaluator per trace (docs/scores.md, "The judge", and each score's section):
 
 - `make_judge_faithfulness`: the judge extracts the answer's claims AND gives each a verdict
   (supported / unsupported / contradicted) with the supporting document's id and a short quote, in
@@ -29,8 +29,11 @@ Rules shared by all (where they apply):
 - No documents -> value 0, `fail`, without a call: an empty context supports nothing and contains
   nothing relevant. Documents that all lack text -> `skipped` `no_document_text` (as without a judge).
 - A judge error (transport, malformed, schema-violating, refused, truncated) -> `error` with the
-  client's `error_kind` as label; a verdict that passes the schema but not our checks (wrong number
-  of document verdicts, ranks that do not match) -> `error` `bad_verdict`. An error never passes.
+  client's `error_kind` as label; a verdict that passes the schema but not our checks (ranks that do
+  not cover 1..n once each, no claim / statement / part where the input has some) -> `error`
+  `bad_verdict`. An error never passes. These checks go to the client as its `check`, which runs
+  them before caching: a rejected verdict is never cached, so the next run (or the next metric
+  sharing the call) asks the judge again instead of replaying it.
 - Verdicts are checked beyond the schema: a "supported" claim whose `doc_id` is not one of the
   trace's documents, or whose quote is not whole words of that document's text as the judge saw it
   (clipped), at least 3 of them unless the whole text, is counted as unsupported, and the item says
@@ -45,7 +48,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -81,7 +84,6 @@ from .prompts import (
 )
 
 Evaluator = Callable[[RagTrace], Score]
-FaithfulnessMode = Literal["claims", "answer"]
 FAITHFULNESS_MODES = ("claims", "answer")
 _METRIC = re.compile(r"(?P<metric>share|precision|ndcg|mrr)(?:@(?P<k>[0-9]+))?")
 
@@ -114,7 +116,9 @@ def _error(
     name: str, client: JudgeClient, result: JudgeResult[Any], version: str, threshold: float | None
 ) -> Score:
     kind = result.error_kind or "bad_response"
-    score = Score.fail_error(name, kind, f"judge error ({kind}): {result.error}", threshold=threshold)
+    # A rejected verdict's reason is ours and says what was wrong with the reply; the call did not fail.
+    explanation = result.error if kind == "bad_verdict" else f"judge error ({kind}): {result.error}"
+    score = Score.fail_error(name, kind, explanation or kind, threshold=threshold)
     return _with_judge(score, client.score_fields(result, version))
 
 
@@ -131,10 +135,20 @@ class _Asker:
     threshold: float | None
 
     def ask(
-        self, messages: list[dict[str, str]], schema: type[_Verdict], version: str, fenced: FencedInputs
+        self,
+        messages: list[dict[str, str]],
+        schema: type[_Verdict],
+        version: str,
+        fenced: FencedInputs,
+        check: Callable[[_Verdict], str | None],
     ) -> tuple[_Verdict, dict[str, Any]] | Score:
-        """One call: (the parsed verdict, the score's judge fields), or the `error` score."""
-        result = self.client.judge(messages, schema, prompt_version=version, fence_token=fenced.fence.token)
+        """One call: (the parsed verdict, the score's judge fields), or the `error` score.
+
+        `check` is the scorer's verdict check (None: usable, else why not). The client runs it before
+        caching, so a rejected verdict (`error` `bad_verdict`) is never replayed from the cache."""
+        result = self.client.judge(
+            messages, schema, prompt_version=version, fence_token=fenced.fence.token, check=check
+        )
         if result.parsed is None:
             return _error(self.name, self.client, result, version, self.threshold)
         return result.parsed, self.client.score_fields(result, version)
@@ -149,19 +163,18 @@ class _Asker:
     ) -> tuple[list[Any], dict[str, Any]] | Score:
         """One call for a verdict per document: (the verdicts in rank order, the judge fields), or
         the `error` score (a judge fault, or `bad_verdict` when the ranks do not cover 1..count)."""
-        asked = self.ask(messages, schema, version, fenced)
+
+        def check(parsed: _PerDocument) -> str | None:
+            ordered = in_rank_order(parsed.documents, count)
+            return ordered if isinstance(ordered, str) else None
+
+        asked = self.ask(messages, schema, version, fenced, check)
         if isinstance(asked, Score):
             return asked
         parsed, fields = asked
         ordered = in_rank_order(parsed.documents, count)
-        if isinstance(ordered, str):
-            return self.bad_verdict(ordered, fields)
+        assert not isinstance(ordered, str)  # the check passed
         return ordered, fields
-
-    def bad_verdict(self, reason: str, fields: dict[str, Any]) -> Score:
-        """A verdict that passed the schema but not our checks: an `error`, never a pass."""
-        score = Score.fail_error(self.name, "bad_verdict", reason, threshold=self.threshold)
-        return _with_judge(score, fields)
 
 
 def _present(text: str | None) -> str | None:
@@ -318,6 +331,13 @@ def in_rank_order(verdicts: Sequence[_Ranked], count: int) -> list[_Ranked] | st
 # --------------------------------------------------------------------------- faithfulness
 
 
+def _claims_found(verdict: FaithfulnessVerdict) -> str | None:
+    # Asked only when the answer has checkable sentences (a refusal is skipped before the call), so
+    # no claim at all is an unusable verdict, never a skip: a skip does not fail a suite case, and a
+    # broken or manipulated judge answering `{"claims": []}` would pass every case.
+    return None if verdict.claims else "the judge found no claim in an answer that has checkable sentences"
+
+
 def make_judge_faithfulness(
     client: JudgeClient,
     min: float | None = None,
@@ -357,20 +377,13 @@ def make_judge_faithfulness(
             question=_present(trace.question),
             answer=answer,
         )
-        asked = judge.ask(faithfulness_messages(fenced), FaithfulnessVerdict, FAITHFULNESS_VERSION, fenced)
+        asked = judge.ask(
+            faithfulness_messages(fenced), FaithfulnessVerdict, FAITHFULNESS_VERSION, fenced, _claims_found
+        )
         if isinstance(asked, Score):
             return asked
         parsed, fields = asked
         verdicts = parsed.claims
-        if not verdicts:
-            score = Score.skip(
-                name,
-                "no_claims",
-                _explain("the judge found no claim in the answer", fenced),
-                threshold=threshold,
-            )
-            return _with_judge(score, fields)
-
         tally = check_claims(verdicts, fenced.clip.documents)
         supported, unsupported, contradicted = tally.supported, tally.unsupported, tally.contradicted
         items, overruled = tally.items, tally.overruled
@@ -494,6 +507,11 @@ def make_judge_context_relevance(
 # --------------------------------------------------------------------------- context recall
 
 
+def _statements_found(verdict: FaithfulnessVerdict) -> str | None:
+    # The expected answer has checkable sentences (checked before the call).
+    return None if verdict.claims else "the judge found no statement in the expected answer"
+
+
 def make_judge_context_recall(client: JudgeClient, min: float | None = None) -> Evaluator:
     """Judge context recall in one call: the judge splits the EXPECTED answer into claims and gives
     each a verdict against the documents (with doc id and quote, checked like faithfulness).
@@ -525,14 +543,15 @@ def make_judge_context_recall(client: JudgeClient, min: float | None = None) -> 
             reference=expected,
         )
         asked = judge.ask(
-            context_recall_messages(fenced), FaithfulnessVerdict, CONTEXT_RECALL_VERSION, fenced
+            context_recall_messages(fenced),
+            FaithfulnessVerdict,
+            CONTEXT_RECALL_VERSION,
+            fenced,
+            _statements_found,
         )
         if isinstance(asked, Score):
             return asked
         parsed, fields = asked
-        if not parsed.claims:
-            reason = "the judge found no statement in the expected answer"
-            return judge.bad_verdict(reason, fields)
         tally = check_claims(parsed.claims, fenced.clip.documents)
         text = (
             f"{tally.supported} of {tally.total} expected-answer statements found in the documents, "
@@ -612,6 +631,10 @@ def make_judge_context_precision(client: JudgeClient, min: float | None = None) 
 # --------------------------------------------------------------------------- answer relevance
 
 
+def _parts_found(verdict: AnswerRelevanceVerdict) -> str | None:
+    return None if verdict.parts else "the judge found no part in the question"
+
+
 def make_judge_answer_relevance(client: JudgeClient, min: float | None = None) -> Evaluator:
     """Judge answer relevance in one call: the judge splits the question into the parts a complete
     answer must address and says for each whether the answer addresses it (truth is not judged),
@@ -643,15 +666,15 @@ def make_judge_answer_relevance(client: JudgeClient, min: float | None = None) -
             )
         fenced = fence_inputs(question=question, answer=answer)
         asked = judge.ask(
-            answer_relevance_messages(fenced), AnswerRelevanceVerdict, ANSWER_RELEVANCE_VERSION, fenced
+            answer_relevance_messages(fenced),
+            AnswerRelevanceVerdict,
+            ANSWER_RELEVANCE_VERSION,
+            fenced,
+            _parts_found,
         )
         if isinstance(asked, Score):
             return asked
-        parsed, fields = asked
-        verdict = parsed
-        if not verdict.parts:
-            reason = "the judge found no part in the question"
-            return judge.bad_verdict(reason, fields)
+        verdict, fields = asked
         items = [
             ScoreItem(
                 text=part.part,
@@ -675,6 +698,16 @@ def make_judge_answer_relevance(client: JudgeClient, min: float | None = None) -
 # --------------------------------------------------------------------------- answer correctness
 
 ANSWER_CORRECTNESS_MODES = ("f1", "precision")
+
+
+def _correctness_found(verdict: AnswerPrecisionVerdict) -> str | None:
+    # Both texts are non-blank and the answer has checkable sentences (checked before the call), so
+    # an empty list is an unusable verdict, not a skip (see `_claims_found`).
+    if not verdict.answer_claims:
+        return "the judge found no claim in an answer that has checkable sentences"
+    if isinstance(verdict, AnswerCorrectnessVerdict) and not verdict.reference_statements:
+        return "the judge found no statement in the expected answer"
+    return None
 
 
 def make_judge_answer_correctness(
@@ -722,15 +755,16 @@ def make_judge_answer_correctness(
             )
         fenced = fence_inputs(question=_present(trace.question), answer=answer, reference=expected)
         asked = judge.ask(
-            answer_correctness_messages(fenced, precision_only=precision_only), schema, version, fenced
+            answer_correctness_messages(fenced, precision_only=precision_only),
+            schema,
+            version,
+            fenced,
+            _correctness_found,
         )
         if isinstance(asked, Score):
             return asked
         parsed, fields = asked
         answer_claims = parsed.answer_claims
-        if not answer_claims:
-            reason = "the judge found no claim in the answer"
-            return _with_judge(Score.skip(name, "no_claims", reason, threshold=threshold), fields)
         items = [
             ScoreItem(
                 text=f"answer: {c.claim}",
@@ -749,9 +783,6 @@ def make_judge_answer_correctness(
         value = precision
         if isinstance(parsed, AnswerCorrectnessVerdict):
             statements = parsed.reference_statements
-            if not statements:
-                reason = "the judge found no statement in the expected answer"
-                return judge.bad_verdict(reason, fields)
             items += [
                 ScoreItem(
                     text=f"expected: {st.statement}",

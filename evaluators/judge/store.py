@@ -3,9 +3,9 @@
 `JudgeClient(settings, store=DuckDBVerdictStore("verdicts.duckdb"))` reuses a verdict across runs
 and processes when the model, temperature, prompt version, messages and schema are the same (the
 client's sha256 `cache_key`); the store is consulted after the client's in-memory LRU cache, and only
-successful verdicts are put into it.
+successful verdicts (parsed, and accepted by the caller's verdict check) are put into it.
 
-One table, created when missing (a contract like the tables of DESIGN.md section 8):
+One table, created when missing (a contract, like the tables `ragpulse serve` keeps):
 
     judge_verdicts(key VARCHAR PRIMARY KEY, value JSON, created_at TIMESTAMP)
 
@@ -23,7 +23,8 @@ Design choices:
 - **A cache, never a source of failure.** A row that does not read back as a JSON object (malformed
   text, an array, a JSON or SQL null) is a miss; so is a database error on `get`. A database error on
   `put` is logged and the verdict is simply not persisted: the judge's answer stands. Whether a hit
-  still matches the verdict schema is the client's check (a stale entry is a miss there too).
+  still matches the verdict schema and passes the caller's verdict check is the client's business (an
+  entry failing either is a miss there too).
 - **Upsert.** `put` is `INSERT OR REPLACE`: the latest verdict for a key wins.
 """
 

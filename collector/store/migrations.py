@@ -1,9 +1,20 @@
 """Versioned schema migrations. Each entry runs once, in order, inside one transaction.
 
-Append new migrations at the end; never edit one that has shipped (files in the field carry it).
+The tables' current shape is defined in `tables.py`; the SQL here is how a database file gets
+there. To add a column: add it in `tables.py`, then append a migration made with `add_columns`.
+Never edit a migration that has shipped (files in the field carry it). The first two are kept as
+the SQL they shipped with.
 """
 
 from __future__ import annotations
+
+from collector.store.tables import SPAN_EVENTS, Table
+
+
+def add_columns(table: Table, *names: str) -> str:
+    """`ALTER TABLE ... ADD COLUMN` for columns already defined in `tables.py`."""
+    return "\n".join(f"ALTER TABLE {table.name} ADD COLUMN {table.column(n).ddl()};" for n in names)
+
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -123,10 +134,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         3,
         "when each span event was received",
         # Events sent as logs arrive apart from their spans: a restart must know which came after
-        # their trace was assembled (trace_store.pending_trace_ids). NULL for rows stored before.
-        """
-        ALTER TABLE span_events ADD COLUMN received_at TIMESTAMP;
-        """,
+        # their trace was assembled (`Store.pending_trace_ids`). NULL for rows stored before.
+        add_columns(SPAN_EVENTS, "received_at"),
     ),
 ]
 

@@ -1,0 +1,81 @@
+"""A client of a running ragpulse's HTTP API (`/api/sql`, `/api/cases`), for the CLI and the demo."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import orjson
+
+from collector.api import TRUNCATED_HEADER
+
+
+class ApiError(RuntimeError):
+    """The server could not be reached or refused the request; the message says which."""
+
+
+class ApiClient:
+    """One connection pool to `url` (the server's HTTP port, e.g. http://127.0.0.1:4318)."""
+
+    def __init__(self, url: str, timeout: float = 120.0) -> None:
+        self.url = url.rstrip("/")
+        self._client = httpx.Client(base_url=self.url, timeout=timeout)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def query(self, sql: str, max_rows: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """(rows as objects, whether the server stopped at its row limit)."""
+        body: dict[str, Any] = {"query": sql}
+        if max_rows is not None:
+            body["max_rows"] = max_rows
+        response = self._post("/api/sql", body)
+        rows = _json(response, self.url)
+        if not isinstance(rows, list):
+            raise ApiError(f"unexpected answer from {self.url}: not a list of rows")
+        return rows, response.headers.get(TRUNCATED_HEADER) == "true"
+
+    def rows(self, sql: str) -> list[dict[str, Any]]:
+        """The rows of one query (a `QueryFn`)."""
+        return self.query(sql)[0]
+
+    def load_cases(self, cases: Sequence[dict[str, Any]], source: str) -> int:
+        """Insert or replace golden cases; returns how many the server loaded."""
+        response = self._post("/api/cases", {"source": source, "cases": list(cases)})
+        answer = _json(response, self.url)
+        return int(answer.get("loaded", 0)) if isinstance(answer, dict) else 0
+
+    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        try:
+            response = self._client.post(
+                path, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
+            )
+        except httpx.HTTPError as exc:
+            raise ApiError(f"cannot reach ragpulse at {self.url}: {exc}") from None
+        if response.status_code != 200:
+            raise ApiError(_error_message(response, self.url))
+        return response
+
+
+def _json(response: httpx.Response, url: str) -> Any:
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        raise ApiError(f"unexpected answer from {url} ({response.status_code})") from None
+
+
+def _error_message(response: httpx.Response, url: str) -> str:
+    try:
+        payload = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return f"unexpected answer from {url} ({response.status_code})"
+    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
+        return str(payload["error"])
+    return f"unexpected answer from {url} ({response.status_code})"

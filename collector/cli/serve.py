@@ -1,0 +1,54 @@
+"""`ragpulse serve`: the service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import click
+
+from collector.cli.common import config_option, load, user_errors
+from collector.service import Service
+from collector.store import StoreError, StoreLocked
+
+
+@click.command()
+@config_option
+@click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (store.path).")
+@click.option("--host", help="Address to listen on (receivers.host).")
+@click.option("--grpc-port", type=int, help="OTLP/gRPC port (receivers.grpc_port, default 4317).")
+@click.option("--http-port", type=int, help="OTLP/HTTP and API port (receivers.http_port, default 4318).")
+@click.option("--forward-to", help="Also forward every received span to this OTLP endpoint.")
+@click.pass_context
+@user_errors
+def serve(
+    ctx: click.Context,
+    config_path: str | None,
+    db: str | None,
+    host: str | None,
+    grpc_port: int | None,
+    http_port: int | None,
+    forward_to: str | None,
+) -> None:
+    """Run the service: OTLP receivers, the store and the API."""
+    config = load(ctx, config_path)
+    try:
+        if db:
+            config.store.path = db
+        if host:
+            config.receivers.host = host
+        if grpc_port is not None:
+            config.receivers.grpc_port = grpc_port
+        if http_port is not None:
+            config.receivers.http_port = http_port
+        if forward_to:
+            config.exporters.otlp.endpoint = forward_to
+            config.exporters.forward_spans = True
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).splitlines()[-1]) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service = Service(config)
+    try:
+        asyncio.run(service.run())
+    except StoreLocked as exc:
+        raise StoreError(f"{exc}; is another `ragpulse serve` running on it?") from None

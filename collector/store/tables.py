@@ -1,0 +1,227 @@
+"""Every stored table, defined once: its columns, DuckDB types and Arrow schema come from here.
+
+The DDL that migrations create (`migrations.py`), the Arrow schemas that the decoder and the
+assembler build (`otlp/batch.py`, `store/trace_rows.py`, `datasets.py`) and the columns read
+back into records (`store/span_records.py`) are all derived from these definitions. Adding a
+column is one edit here plus a migration (`add_columns`); `tests/test_schema_migrations.py`
+checks that the migrated database has exactly these columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+
+TimeUnit = Literal["us", "ns"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its name, DuckDB type and constraint (e.g. `NOT NULL`)."""
+
+    name: str
+    sql_type: str
+    constraint: str = ""
+
+    def arrow_type(self, time_unit: TimeUnit) -> pa.DataType:
+        """The Arrow type rows of this column are built with before an insert."""
+        return _ARROW_TYPES[self.sql_type](time_unit)
+
+    def ddl(self) -> str:
+        return f"{self.name} {self.sql_type} {self.constraint}".strip()
+
+
+_ARROW_TYPES: dict[str, Any] = {
+    "VARCHAR": lambda unit: pa.string(),
+    # JSON columns travel as text; DuckDB parses them on insert.
+    "JSON": lambda unit: pa.string(),
+    "DOUBLE": lambda unit: pa.float64(),
+    "BIGINT": lambda unit: pa.int64(),
+    "INTEGER": lambda unit: pa.int32(),
+    "TIMESTAMP": lambda unit: pa.timestamp(unit),
+    "VARCHAR[]": lambda unit: pa.list_(pa.string()),
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    """A stored table. `time_unit` is the unit its Arrow rows carry timestamps in: the span decoder
+    keeps OTLP's nanoseconds (no conversion on the hot path), the rest use DuckDB's microseconds."""
+
+    name: str
+    columns: tuple[Column, ...]
+    time_unit: TimeUnit = "us"
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(f"{self.name} has no column {name}")
+
+    def create_sql(self) -> str:
+        body = ",\n    ".join(c.ddl() for c in self.columns)
+        return f"CREATE TABLE {self.name} (\n    {body}\n);"
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([(c.name, c.arrow_type(self.time_unit)) for c in self.columns])
+
+    def arrow_table(self, columns: Mapping[str, Sequence[Any]], num_rows: int) -> pa.Table:
+        """Rows given column-wise as Arrow, in this table's schema; columns not given are null.
+
+        A name that is not a column raises KeyError, so a typo cannot drop data silently."""
+        unknown = set(columns) - set(self.column_names)
+        if unknown:
+            raise KeyError(f"{self.name} has no column(s) {sorted(unknown)}")
+        schema = self.arrow_schema()
+        arrays = [
+            pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(num_rows, f.type)
+            for f in schema
+        ]
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _columns(*specs: tuple[str, ...]) -> tuple[Column, ...]:
+    return tuple(Column(*spec) for spec in specs)
+
+
+_KEY = "NOT NULL"
+
+SPANS = Table(
+    "spans",
+    _columns(
+        ("trace_id", "VARCHAR", _KEY),
+        ("span_id", "VARCHAR", _KEY),
+        ("parent_span_id", "VARCHAR"),
+        ("name", "VARCHAR"),
+        ("kind", "VARCHAR"),
+        ("service_name", "VARCHAR"),
+        ("start_time", "TIMESTAMP"),
+        ("end_time", "TIMESTAMP"),
+        ("duration_ms", "DOUBLE"),
+        ("status_code", "VARCHAR"),
+        ("status_message", "VARCHAR"),
+        ("attributes", "JSON"),
+        ("resource_attributes", "JSON"),
+        ("scope_name", "VARCHAR"),
+        ("scope_version", "VARCHAR"),
+        ("trace_state", "VARCHAR"),
+        ("links", "JSON"),
+        ("received_at", "TIMESTAMP"),
+    ),
+    time_unit="ns",
+)
+
+SPAN_EVENTS = Table(
+    "span_events",
+    _columns(
+        ("trace_id", "VARCHAR", _KEY),
+        ("span_id", "VARCHAR", _KEY),
+        ("time", "TIMESTAMP"),
+        ("name", "VARCHAR"),
+        ("attributes", "JSON"),
+        # `otlp` (a span's own event), `log` (sent on /v1/logs), `replay`, `file`.
+        ("source", "VARCHAR"),
+        # When it arrived: events sent as logs come apart from their spans, and a restart must know
+        # which came after their trace was assembled.
+        ("received_at", "TIMESTAMP"),
+    ),
+    time_unit="ns",
+)
+
+TRACES = Table(
+    "traces",
+    _columns(
+        ("trace_id", "VARCHAR", _KEY),
+        ("service_name", "VARCHAR"),
+        ("root_span_id", "VARCHAR"),
+        ("start_time", "TIMESTAMP"),
+        ("end_time", "TIMESTAMP"),
+        ("duration_ms", "DOUBLE"),
+        ("question", "VARCHAR"),
+        ("answer", "VARCHAR"),
+        ("convention", "VARCHAR"),
+        ("status", "VARCHAR"),
+        ("sample_decision", "VARCHAR"),
+        ("sample_reason", "VARCHAR"),
+        ("retrieval_ms", "DOUBLE"),
+        ("generation_ms", "DOUBLE"),
+        ("input_tokens", "BIGINT"),
+        ("output_tokens", "BIGINT"),
+        ("span_count", "INTEGER"),
+        ("step_count", "INTEGER"),
+        ("case_id", "VARCHAR"),
+        ("case_match", "VARCHAR"),
+        ("expected_documents", "JSON"),
+        ("expected_answer", "VARCHAR"),
+        ("session_id", "VARCHAR"),
+        ("mapping_error", "VARCHAR"),
+        ("assembled_at", "TIMESTAMP"),
+        ("assembly_reason", "VARCHAR"),
+        ("assembly_count", "INTEGER"),
+        ("last_received_at", "TIMESTAMP"),
+    ),
+)
+
+STEPS = Table(
+    "steps",
+    _columns(
+        ("trace_id", "VARCHAR", _KEY),
+        ("span_id", "VARCHAR", _KEY),
+        ("parent_span_id", "VARCHAR"),
+        ("position", "INTEGER"),
+        ("kind", "VARCHAR"),
+        ("name", "VARCHAR"),
+        ("convention", "VARCHAR"),
+        ("model", "VARCHAR"),
+        ("provider", "VARCHAR"),
+        ("query", "VARCHAR"),
+        ("input", "VARCHAR"),
+        ("output", "VARCHAR"),
+        ("start_time", "TIMESTAMP"),
+        ("end_time", "TIMESTAMP"),
+        ("duration_ms", "DOUBLE"),
+        ("input_tokens", "BIGINT"),
+        ("output_tokens", "BIGINT"),
+        ("total_tokens", "BIGINT"),
+        ("status", "VARCHAR"),
+        ("span_ids", "VARCHAR[]"),
+    ),
+)
+
+DOCUMENTS = Table(
+    "documents",
+    _columns(
+        ("trace_id", "VARCHAR", _KEY),
+        ("span_id", "VARCHAR", _KEY),
+        ("stage", "VARCHAR"),
+        ("rank", "INTEGER"),
+        ("doc_id", "VARCHAR"),
+        ("content", "VARCHAR"),
+        ("score", "DOUBLE"),
+        ("distance", "DOUBLE"),
+        ("metadata", "JSON"),
+    ),
+)
+
+CASES = Table(
+    "cases",
+    _columns(
+        ("case_id", "VARCHAR", "PRIMARY KEY"),
+        ("question", "VARCHAR"),
+        ("normalized_question", "VARCHAR"),
+        ("expected_documents", "JSON"),
+        ("expected_answer", "VARCHAR"),
+        ("metadata", "JSON"),
+        ("source", "VARCHAR"),
+        ("loaded_at", "TIMESTAMP"),
+    ),
+)
+
+ALL_TABLES: tuple[Table, ...] = (SPANS, SPAN_EVENTS, TRACES, STEPS, DOCUMENTS, CASES)
