@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError
 
 from collector.config_base import Section
 from collector.exporters.config import ExportersConfig
-from collector.processors.config import AssemblerConfig, SamplingConfig
+from collector.processors.config import AssemblerConfig, SamplingConfig, ScoringConfig
 from collector.receivers.config import ReceiversConfig
 from collector.sql import SqlConfig
 from collector.store.config import StoreConfig
@@ -41,6 +41,7 @@ class Config(Section):
     sql: SqlConfig = Field(default_factory=SqlConfig)
     assembler: AssemblerConfig = Field(default_factory=AssemblerConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     evaluators: list[EvaluatorEntry] | None = None

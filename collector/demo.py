@@ -13,7 +13,6 @@ the metrics it filled.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,10 +26,7 @@ from collector.api_client import ApiClient, ApiError
 from collector.config import Config
 from collector.service import BackgroundService, running_server_url
 from collector.sql import QueryError
-from collector.store import Store, StoreConfig, StoreError, StoreLocked, open_store
-from collector.store.span_records import records_by_trace, span_records
-from evaluators.registry import build_evaluators
-from semconv import map_trace
+from collector.store import StoreConfig, StoreError, StoreLocked, open_store
 
 QueryFn = Callable[[str], list[dict[str, Any]]]
 DEMO_SERVICE = "shop-assistant"
@@ -127,42 +123,32 @@ def expected_documents_found(query: QueryFn, rows: list[dict[str, Any]]) -> list
 
 
 DEMO_SCORES = ("retrieval.recall@5", "faithfulness", "context_recall", "answer_correctness")
-TRACE_LABELS_SQL = f"""
+SCORES_SQL = f"""
 WITH {_TRACES_WITH_MODE}
-SELECT trace_id, mode, convention,
-       CAST(expected_documents AS VARCHAR[]) AS expected_documents, expected_answer
-FROM t
+SELECT t.mode, t.convention, s.name, s.evaluator, avg(s.value) AS mean
+FROM scores s JOIN t USING (trace_id)
+WHERE s.name IN ({", ".join(f"'{name}'" for name in DEMO_SCORES)})
+GROUP BY ALL
 """
 
 
-def deterministic_scores(store: Store, query: QueryFn, rows: list[dict[str, Any]]) -> list[Metric]:
-    """Adds the mean of a few deterministic scores (no judge) per mode and convention: the stored
-    spans are read back, mapped again and scored by `evaluators`, with the expectations of the
-    golden case the assembler matched."""
-    evaluators = build_evaluators([{"name": name} for name in DEMO_SCORES])
-    labels = {r["trace_id"]: r for r in query(TRACE_LABELS_SQL)}
-    spans, events = store.read_spans(labels)
-    values: dict[tuple[str, str, str], list[float]] = {}
-    for trace_id, records in records_by_trace(span_records(spans, events)).items():
-        trace = map_trace(records)
-        label = labels[trace_id]
-        trace.expected_documents = label["expected_documents"]
-        trace.expected_answer = label["expected_answer"]
-        for evaluate in evaluators:
-            score = evaluate(trace)
-            if score.value is not None:
-                key = (label["mode"], label["convention"], score.name)
-                values.setdefault(key, []).append(score.value)
+def stored_scores(query: QueryFn, rows: list[dict[str, Any]]) -> list[Metric]:
+    """Adds the mean of a few scores per mode and convention, as the service stored them in `scores`
+    (deterministic, or the judge's where a judge is configured)."""
+    means = {(r["mode"], r["convention"], r["name"]): r for r in query(SCORES_SQL)}
+    judged = {r["name"] for r in means.values() if r["evaluator"] == "judge"}
     for row in rows:
         for name in DEMO_SCORES:
-            got = values.get((row["mode"], row["convention"], name))
-            row[f"score:{name}"] = sum(got) / len(got) if got else None
-    return [Metric(f"score:{name}", f"{name} (mean)", _number(2)) for name in DEMO_SCORES]
+            found = means.get((row["mode"], row["convention"], name))
+            row[f"score:{name}"] = found["mean"] if found else None
+    return [
+        Metric(f"score:{name}", f"{name} (mean{', judge' if name in judged else ''})", _number(2))
+        for name in DEMO_SCORES
+    ]
 
 
-def enrichers(store: Store) -> list[Enricher]:
-    """The enrichers applied in order after the base summary."""
-    return [expected_documents_found, functools.partial(deterministic_scores, store)]
+# Applied in order after the base summary.
+ENRICHERS: list[Enricher] = [expected_documents_found, stored_scores]
 
 
 def summarise(query: QueryFn) -> list[dict[str, Any]]:
@@ -213,6 +199,17 @@ def summary_table(
 
 
 SQL_TO_TRY: list[tuple[str, str]] = [
+    (
+        "answers that were not grounded in their documents, and the claim that failed",
+        "SELECT t.question, s.value, s.items->0->>'text' AS unsupported FROM scores s "
+        "JOIN traces t USING (trace_id) WHERE s.name = 'faithfulness' AND s.status = 'fail' LIMIT 5",
+    ),
+    (
+        "pass rate per score and minute",
+        "SELECT bucket, name, n, round(n_pass / nullif(n_pass + n_fail, 0), 2) AS pass_rate "
+        "FROM score_aggregates "
+        "ORDER BY ALL LIMIT 20",
+    ),
     (
         "which index each mode searched (document metadata, both conventions)",
         "SELECT d.metadata->>'index' AS index, t.convention, count(DISTINCT d.trace_id) AS traces "
@@ -287,21 +284,35 @@ def demo_config(config: Config, db: Path) -> Config:
     demo.assembler.poll_interval = 0.1
     # A few dozen traces: mapping them in-process saves spawning the mapping worker.
     demo.assembler.workers = 0
+    demo.scoring.enabled = True
+    demo.sampling.rate = 1.0
+    if demo.judge.model:  # with a judge configured, the demo shows its scores on every trace
+        demo.sampling.judge_rate = 1.0
+        demo.scoring.judge_poll_interval = 0.2
     return demo
 
 
+WAIT_SQL = "SELECT count(*) AS n, count(*) FILTER (judge_status = 'pending') AS judging FROM traces"
+
+
 def wait_for_traces(query: QueryFn, expected: int, timeout: float) -> int:
-    """Poll until `expected` traces are assembled; DemoError after `timeout` seconds."""
+    """Poll until `expected` traces are assembled and scored, the judge's scores included (no
+    trace left `pending`); DemoError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    count, problem = 0, ""
+    count, judging, problem = 0, 0, ""
     while True:
         try:
-            count = int(query("SELECT count(*) AS n FROM traces")[0]["n"])
-            problem = ""
+            row = query(WAIT_SQL)[0]
+            count, judging, problem = int(row["n"]), int(row["judging"]), ""
         except ApiError as exc:
             problem = f" ({exc})"
-        if count >= expected:
+        if count >= expected and not judging:
             return count
+        if count >= expected and time.monotonic() >= deadline:
+            raise DemoError(
+                f"{judging} of {count} traces were still waiting for the judge after {timeout:g} s; "
+                "see judge.base_url and judge.model, or raise --timeout"
+            )
         if time.monotonic() >= deadline:
             raise DemoError(
                 f"only {count} of {expected} traces were assembled after {timeout:g} s{problem}; "
@@ -360,7 +371,7 @@ def run_demo(
                     sent += len(report.answers)
                     console.print(f"  sent {len(report.answers)} traces: {mode}, {convention} convention")
             count = wait_for_traces(api.rows, sent, timeout)
-            console.print(f"{count} traces assembled into traces / steps / documents")
+            console.print(f"{count} traces assembled and scored into traces / steps / documents / scores")
 
     # The collector has stopped and checkpointed: the summary reads the file itself.
     with open_store(StoreConfig(path=str(db)), read_only=True) as store:
@@ -370,7 +381,7 @@ def run_demo(
 
         rows = summarise(query)
         metrics = list(SUMMARY_METRICS)
-        for enrich in enrichers(store):
+        for enrich in ENRICHERS:
             metrics.extend(enrich(query, rows))
         sample_case = cases[0].id.replace("'", "''")
         samples = query(SAMPLE_SQL.format(traces=_TRACES_WITH_MODE, case_id=sample_case))

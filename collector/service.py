@@ -15,7 +15,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import uvicorn
@@ -23,14 +23,21 @@ from starlette.applications import Starlette
 
 from collector.api import Api
 from collector.config import Config
+from collector.exporters.evaluations import EvaluationExporter
 from collector.exporters.forwarder import Forwarder
 from collector.pipeline import IngestPipeline
 from collector.processors.assembler import TraceAssembler
+from collector.processors.judging import JudgeHealth, JudgeStage
+from collector.processors.scoring import ScoringSetup
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.store import Store, open_store
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
+from evaluators.registry import DEFAULT_ENTRIES, build_evaluator, uses_judge
+
+if TYPE_CHECKING:  # the judge client (and `openai`) loads only when a judge is configured
+    from evaluators.judge.client import JudgeClient
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,11 @@ class Service:
         self.writer: SpanWriter | None = None
         self.forwarder: Forwarder | None = None
         self.assembler: TraceAssembler | None = None
+        self.judge_stage: JudgeStage | None = None
+        self.judge_health: JudgeHealth | None = None
+        self.evaluation_exporter: EvaluationExporter | None = None
+        self._judge: JudgeClient | None = None
+        self._stopped = threading.Event()
         self._grpc: OtlpGrpcReceiver | None = None
         self._http: _UvicornServer | None = None
         self._http_task: asyncio.Task[None] | None = None
@@ -100,7 +112,8 @@ class Service:
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
         )
         if cfg.assembler.enabled:
-            self.assembler = TraceAssembler(self.store, cfg.assembler, self.metrics)
+            scoring = self._start_scoring(self.store)
+            self.assembler = TraceAssembler(self.store, cfg.assembler, self.metrics, scoring=scoring)
             self.writer.add_listener(self.assembler.on_commit)
             self.assembler.start()
         self.writer.start()
@@ -113,7 +126,7 @@ class Service:
         await self._grpc.start()
 
         http_receiver = OtlpHttpReceiver(cfg.receivers, pipeline, self.metrics)
-        api = Api(self.store, self.metrics, cfg.sql, self.assembler)
+        api = Api(self.store, self.metrics, cfg.sql, self.assembler, health=self.health)
         app = Starlette(routes=[*http_receiver.routes(), *api.routes()])
         self._http_socket = _listen(cfg.receivers.host, cfg.receivers.http_port)
         # Written once both sockets listen (connections queue from here), before /healthz answers,
@@ -139,6 +152,64 @@ class Service:
             self.http_url,
         )
 
+    def _start_scoring(self, store: Store) -> ScoringSetup | None:
+        """The online scoring stages `scoring:` asks for: the deterministic evaluators' setup (run by
+        the assembler's mapping job), the judge stage when a judge evaluates any entry, and the
+        evaluation exporter when `exporters.otlp.endpoint` is set."""
+        cfg = self.config
+        if not cfg.scoring.enabled:
+            return None
+        judge_configured = bool(cfg.judge.model)
+        export_events = bool(cfg.exporters.otlp.endpoint)
+        entries = cfg.evaluator_entries()
+        setup = ScoringSetup.from_entries(entries, cfg.sampling, judge_configured, export_events)
+        judged = [e for e in (entries or DEFAULT_ENTRIES) if uses_judge(e, judge_configured)]
+        if judged:
+            from evaluators.judge.build import open_judge
+
+            self._judge = open_judge(cfg.judge, check=False)
+            self.judge_health = JudgeHealth(self._judge.model)
+            evaluators = [(str(e["name"]), build_evaluator(e, self._judge)) for e in judged]
+            self.judge_stage = JudgeStage(
+                store,
+                evaluators,
+                cfg.scoring,
+                cfg.sampling.budget,
+                cfg.judge.max_concurrency,
+                self.metrics,
+                export_events,
+            )
+            self.judge_stage.start()
+            threading.Thread(target=self._check_judge, name="ragpulse-judge-check", daemon=True).start()
+        if export_events:
+            self.evaluation_exporter = EvaluationExporter(store, cfg.exporters, self.metrics)
+            self.evaluation_exporter.start()
+        return setup
+
+    def _check_judge(self) -> None:
+        """The judge's pre-run check, repeated every minute while it fails: a judge that is down
+        is reported loudly and in /healthz, but ragpulse keeps ingesting (its scores are errors)."""
+        assert self._judge is not None and self.judge_health is not None
+        while True:
+            try:
+                self._judge.check()
+            except Exception as exc:
+                self.judge_health.ok, self.judge_health.error = False, str(exc)
+                log.error("THE JUDGE IS NOT ANSWERING; judge scores are errors until it does: %s", exc)
+            else:
+                self.judge_health.ok, self.judge_health.error = True, None
+                log.info("judge %s answered its pre-run check", self._judge.model)
+                return
+            if self._stopped.wait(60):
+                return
+
+    def health(self) -> dict[str, object]:
+        """`GET /healthz`: ok while the receivers serve, with the judge's state when there is one."""
+        body: dict[str, object] = {"status": "ok"}
+        if self.judge_health is not None:
+            body["judge"] = self.judge_health.as_dict()
+        return body
+
     async def stop(self) -> None:
         """Stop in reverse order; every export already accepted is committed before the store closes."""
         if self._grpc:
@@ -148,8 +219,17 @@ class Service:
             await self._http_task
         if self.writer:
             await asyncio.to_thread(self.writer.stop)
+        self._stopped.set()
         if self.assembler:
             await asyncio.to_thread(self.assembler.stop)
+        if self.judge_stage:
+            await asyncio.to_thread(self.judge_stage.stop)
+        if self._judge is not None:
+            from evaluators.judge.build import close_judge
+
+            close_judge(self._judge)
+        if self.evaluation_exporter:
+            await asyncio.to_thread(self.evaluation_exporter.stop)
         if self.forwarder:
             await asyncio.to_thread(self.forwarder.stop)
         if self.store:

@@ -94,6 +94,60 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
 
+        self.sampling_decisions = Counter(
+            "ragpulse_sampling_decisions",
+            "Complete traces by sampling decision (judge, deterministic, skip) and reason",
+            ["decision", "reason"],
+            registry=r,
+        )
+        self.scores = Counter(
+            "ragpulse_scores",
+            "Scores stored, by name, status and evaluator (deterministic, judge)",
+            ["name", "status", "evaluator"],
+            registry=r,
+        )
+        self.scoring_lag_seconds = Histogram(
+            "ragpulse_scoring_lag_seconds",
+            "From a trace's last span received to its scores stored, by evaluator",
+            ["evaluator"],
+            registry=r,
+            buckets=(0.5, 1, 2.5, 5, 7.5, 10, 15, 30, 60, 120, 300, 600),
+        )
+        self.judge_calls = Counter(
+            "ragpulse_judge_calls",
+            "Judge evaluations, by outcome (ok, error, cached)",
+            ["outcome"],
+            registry=r,
+        )
+        self.judge_tokens = Counter(
+            "ragpulse_judge_tokens", "Judge tokens, by direction (input, output)", ["direction"], registry=r
+        )
+        self.judge_seconds = Histogram(
+            "ragpulse_judge_seconds",
+            "Time of one judge evaluation (its calls, retries and waits)",
+            registry=r,
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+        )
+        self.judge_queue = Gauge(
+            "ragpulse_judge_queue", "Traces taken by the judge stage, not stored yet", registry=r
+        )
+        self.outbox_events = Gauge(
+            "ragpulse_evaluation_outbox_events", "Evaluation events waiting for OTLP export", registry=r
+        )
+        self.evaluation_events_exported = Counter(
+            "ragpulse_evaluation_events_exported", "Evaluation events the downstream acknowledged", registry=r
+        )
+        self.evaluation_events_dropped = Counter(
+            "ragpulse_evaluation_events_dropped",
+            "Evaluation events dropped unexported because the outbox was full",
+            registry=r,
+        )
+        self.evaluation_export_errors = Counter(
+            "ragpulse_evaluation_export_errors",
+            "Failed OTLP exports of evaluation events (retried)",
+            registry=r,
+        )
+
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
         return generate_latest(self.registry)

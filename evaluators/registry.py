@@ -71,6 +71,12 @@ def known_names() -> list[str]:
     return [*retrieval, *TEXT_EVALUATORS, *(a for a in FAITHFULNESS_ALIASES if a not in TEXT_EVALUATORS)]
 
 
+def uses_judge(entry: Mapping[str, Any], judge_configured: bool) -> bool:
+    """Whether an entry is scored by the judge: its name has a judge variant, a judge is
+    configured, and the entry does not say `judge: false`."""
+    return judge_configured and entry.get("name") in JUDGE_NAMES and entry.get("judge") is not False
+
+
 def build_evaluator(entry: Mapping[str, Any], judge: JudgeClient | None = None) -> Evaluator:
     """One evaluator from one entry; ValueError (`<key>: <problem>`) when the entry is wrong.
 
@@ -88,7 +94,7 @@ def build_evaluator(entry: Mapping[str, Any], judge: JudgeClient | None = None) 
             raise ValueError(f"judge: {name} is an exact rule with no judge variant; drop judge: true")
     if wants is True and judge is None and (name in JUDGE_NAMES):
         raise ValueError("judge: no judge configured (set judge.model)")
-    use_judge = name in JUDGE_NAMES and judge is not None and wants is not False
+    use_judge = uses_judge(entry, judge is not None)
     options = {k: v for k, v in entry.items() if k not in _COMMON_KEYS}
     if use_judge:
         assert judge is not None

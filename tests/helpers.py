@@ -206,8 +206,9 @@ def metric_samples(target: Served | str, name: str) -> list[tuple[dict[str, str]
     ]
 
 
-def metric(target: Served | str, name: str, **labels: str) -> float:
+def metric(target: Served | str, metric_name: str, /, **labels: str) -> float:
     """A sample's value on /metrics: 0 for a labelled child never touched; an unlabelled one must exist."""
+    name = metric_name
     for sample_labels, value in metric_samples(target, name):
         if sample_labels == labels:
             return value

@@ -74,11 +74,12 @@ def svc(tmp_path: Path) -> Iterator[Service]:
 
 
 def event_rows(svc: Service, where: str = "true") -> list[dict[str, Any]]:
-    """Stored span events; /api/sql gives JSON columns as JSON values."""
+    """Stored span events, but ragpulse's own (its scores written back); /api/sql gives JSON
+    columns as JSON values."""
     return sql(
         svc,
         "SELECT trace_id, span_id, epoch_ns(time) AS time_ns, name, attributes, source "
-        f"FROM span_events WHERE {where} ORDER BY time, name",
+        f"FROM span_events WHERE source <> 'ragpulse' AND ({where}) ORDER BY time, name",
     )
 
 

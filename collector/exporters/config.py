@@ -17,7 +17,14 @@ class OtlpExporterConfig(Section):
 
 
 class ExportersConfig(Section):
+    # Where evaluation events go (every score, as soon as an endpoint is set) and, with
+    # forward_spans, every received export too.
     otlp: OtlpExporterConfig = Field(default_factory=OtlpExporterConfig)
     forward_spans: bool = False  # every received export, traces and logs
     # Exports waiting to be forwarded; beyond this the oldest are dropped (and counted).
     forward_queue: int = Field(1_000, gt=0)
+    # Evaluation events kept in the store while the downstream is away; beyond this the oldest
+    # are dropped (and counted).
+    outbox_max_events: int = Field(1_000_000, gt=0)
+    export_batch: int = Field(512, gt=0)  # evaluation events per OTLP export
+    export_interval: float = Field(1.0, gt=0)  # seconds between looks at the outbox when drained

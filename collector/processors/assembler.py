@@ -34,7 +34,16 @@ import pyarrow.compute as pc
 
 from collector.otlp.batch import SpanBatch
 from collector.processors.config import AssemblerConfig
-from collector.processors.mapping_job import CaseIndex, MapJob, MapResult, init_worker, run_map_job
+from collector.processors.mapping_job import (
+    CaseIndex,
+    MapJob,
+    MapResult,
+    Scoring,
+    init_worker,
+    run_map_job,
+    run_worker_job,
+)
+from collector.processors.scoring import ScoringSetup, record_metrics, scored_received_times
 from collector.store.base import Store
 from collector.store.span_records import SPAN_COLUMNS
 from collector.telemetry import Metrics
@@ -77,6 +86,7 @@ class TraceAssembler:
         config: AssemblerConfig,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
+        scoring: ScoringSetup | None = None,
     ) -> None:
         self._config = config
         self._metrics = metrics
@@ -101,8 +111,10 @@ class TraceAssembler:
                 config.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=init_worker,
-                initargs=(config.worker_nice, os.getpid()),
+                initargs=(config.worker_nice, os.getpid(), scoring),
             )
+        # Mapping in this thread (no worker, or the worker died) scores here too.
+        self._scoring = Scoring.of(scoring)
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="ragpulse-assembler", daemon=True)
@@ -335,7 +347,7 @@ class TraceAssembler:
                 job.cases = self._cases
                 self._cases_sent = self._cases_version
             try:
-                return self._pool.submit(run_map_job, job)
+                return self._pool.submit(run_worker_job, job)
             except BrokenProcessPool:
                 self._lose_worker()
         return self._run_here(job)
@@ -343,7 +355,7 @@ class TraceAssembler:
     def _run_here(self, job: MapJob) -> Future[MapResult]:
         job.cases = self._cases
         future: Future[MapResult] = Future()
-        future.set_result(run_map_job(job))
+        future.set_result(run_map_job(job, self._scoring))
         return future
 
     def _lose_worker(self) -> None:
@@ -359,6 +371,15 @@ class TraceAssembler:
         counts = prepared.counts
         replace = [t for t, (_, count) in counts.items() if count > 1]
         self._store.write_traces(result.tables, replace)
+        tables = result.tables
+        record_metrics(
+            self._metrics,
+            tables.scores,
+            "deterministic",
+            int(time.time() * 1_000_000),
+            decisions=tables.traces,
+            received_us=scored_received_times(tables.traces),
+        )
         for trace_id, convention in result.conventions.items():
             self._metrics.traces_assembled.labels(counts[trace_id][0]).inc()
             if convention == "unknown":

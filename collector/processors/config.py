@@ -39,12 +39,28 @@ class SamplingRule(Section):
 
 
 class BudgetConfig(Section):
-    judge_calls_per_minute: int = Field(120, ge=0)
-    judge_tokens_per_day: int = Field(5_000_000, ge=0)
+    """Judge spending limits; null: no limit, 0: no judge calls at all."""
+
+    judge_calls_per_minute: int | None = Field(120, ge=0)
+    judge_tokens_per_day: int | None = Field(5_000_000, ge=0)
 
 
 class SamplingConfig(Section):
+    """Which complete traces are scored (see `sampler.py`)."""
+
+    # Share of complete traces scored by the deterministic evaluators.
     rate: float = Field(1.0, ge=0, le=1)
+    # Share scored by the judge evaluators too (always a subset of the above).
     judge_rate: float = Field(0.1, ge=0, le=1)
     rules: list[SamplingRule] = Field(default_factory=list)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+
+
+class ScoringConfig(Section):
+    """The online scoring stage: deterministic evaluators after mapping, the judge stage after that."""
+
+    enabled: bool = True
+    # Judge-sampled traces the judge stage holds at once (taken from the store, where the rest wait).
+    judge_queue: int = Field(64, gt=0)
+    # How often the judge stage looks for pending traces and stores finished ones.
+    judge_poll_interval: float = Field(0.5, gt=0, le=10)

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from collector.datasets import normalize_question
+from collector.processors.scoring import ScoringSetup, score_rows, score_trace
 from collector.store.span_records import last_received, records_by_trace, span_records
 from collector.store.trace_rows import AssembledTrace, TraceTables, trace_tables
+from evaluators.text import Evaluator
 from semconv import RagTrace, map_trace
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,23 @@ class MapResult:
 _cached_cases: tuple[int, CaseIndex] = (-1, CaseIndex())
 
 
-def init_worker(niceness: int, parent: int) -> None:
+@dataclass
+class Scoring:
+    """The scoring stage a mapping job runs: the setup and its deterministic evaluators, built once."""
+
+    setup: ScoringSetup
+    evaluators: list[Evaluator]
+
+    @classmethod
+    def of(cls, setup: ScoringSetup | None) -> Scoring | None:
+        return None if setup is None else cls(setup, setup.build())
+
+
+# The worker process's scoring stage, set by `init_worker`.
+_worker_scoring: Scoring | None = None
+
+
+def init_worker(niceness: int, parent: int, scoring: ScoringSetup | None = None) -> None:
     """Mapping worker initializer. Lowers the worker's CPU priority (`assembler.worker_nice`; where
     the OS refuses, it keeps the normal priority), and makes the worker exit when the service is
     gone: a service killed with SIGKILL cannot shut its pool down, and the worker would linger.
@@ -68,16 +86,24 @@ def init_worker(niceness: int, parent: int) -> None:
         os._exit(0)
 
     threading.Thread(target=watch_parent, name="ragpulse-parent-watch", daemon=True).start()
+    global _worker_scoring
+    _worker_scoring = Scoring.of(scoring)
 
 
-def run_map_job(job: MapJob) -> MapResult:
-    """Map every trace of the job and build the rows to insert."""
+def run_worker_job(job: MapJob) -> MapResult:
+    """`run_map_job` in the mapping worker, with the scoring stage it was started with."""
+    return run_map_job(job, _worker_scoring)
+
+
+def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
+    """Map every trace of the job, score it (unless `scoring` is None), and build the rows to insert."""
     global _cached_cases
     if job.cases is not None:
         _cached_cases = (job.cases_version, job.cases)
     cases = _cached_cases[1] if _cached_cases[0] == job.cases_version else CaseIndex()
     received = last_received(job.spans, job.events)
     assembled = []
+    scored = []
     for trace_id, spans in records_by_trace(span_records(job.spans, job.events)).items():
         if trace_id not in job.traces:
             continue
@@ -85,11 +111,18 @@ def run_map_job(job: MapJob) -> MapResult:
         trace = map_trace(spans)
         item = AssembledTrace(trace, reason, count, received.get(trace_id))
         item.case_match = match_case(trace, cases)
+        if scoring is not None:
+            result = score_trace(trace, spans, scoring.setup, scoring.evaluators)
+            item.sample_decision, item.sample_reason = result.decision.decision, result.decision.reason
+            item.judge_status, item.scored = result.judge_status, bool(result.scores)
+            if result.scores:
+                scored.append((trace, count, result.scores))
         assembled.append(item)
-    return MapResult(
-        tables=trace_tables(assembled, job.now_us),
-        conventions={a.trace.trace_id: a.trace.convention for a in assembled},
-    )
+    tables = trace_tables(assembled, job.now_us)
+    if scored and scoring is not None:
+        rows = score_rows(scored, "deterministic", job.now_us, scoring.setup.export_events)
+        tables.scores, tables.events, tables.outbox = rows.scores, rows.events, rows.outbox
+    return MapResult(tables=tables, conventions={a.trace.trace_id: a.trace.convention for a in assembled})
 
 
 def match_case(trace: RagTrace, cases: CaseIndex) -> str | None:

@@ -61,8 +61,49 @@ class Store(ABC):
 
     @abstractmethod
     def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
-        """Insert assembled traces, steps and documents in one transaction, first deleting the
-        earlier assemblies of the traces in `replace`."""
+        """Insert assembled traces, steps and documents, with their deterministic scores, write-back
+        events and outbox rows, in one transaction, first deleting the earlier assemblies of the
+        traces in `replace` (and every score and write-back event of them). `score_aggregates`
+        is kept in step: new scores are added, the groups of replaced scores recomputed."""
+
+    # ---------------------------------------------------------------- judge work
+
+    @abstractmethod
+    def pending_judge_work(self, limit: int, exclude: Iterable[str] = ()) -> pa.Table:
+        """Up to `limit` traces waiting for the judge (`judge_status = 'pending'`), oldest first,
+        without those in `exclude`: `trace_id, assembly_count, sample_reason, expected_answer,
+        expected_documents` (JSON text)."""
+
+    @abstractmethod
+    def write_judge_scores(
+        self, revisions: pa.Table, scores: pa.Table, events: pa.Table, outbox: pa.Table
+    ) -> int:
+        """Store the judge's scores of traces (`revisions`: `trace_id, revision`) in one transaction,
+        and mark them `done`; a trace re-assembled since (another revision) or no longer pending is
+        left out, rows and all. Returns how many traces were stored."""
+
+    @abstractmethod
+    def skip_judge_work(self, trace_ids: Sequence[str], reason: str) -> None:
+        """Pending traces the judge will not score (`throttled`, `over_budget`): their decision
+        becomes `deterministic` with that reason."""
+
+    # ---------------------------------------------------------------- evaluation outbox
+
+    @abstractmethod
+    def read_outbox(self, limit: int) -> pa.Table:
+        """The oldest `limit` evaluation events waiting for OTLP export."""
+
+    @abstractmethod
+    def delete_outbox(self, event_ids: Sequence[str]) -> None:
+        """Events the downstream has acknowledged."""
+
+    @abstractmethod
+    def trim_outbox(self, max_events: int) -> int:
+        """Drop the oldest events beyond `max_events`; returns how many were dropped."""
+
+    @abstractmethod
+    def outbox_depth(self) -> int:
+        """Evaluation events waiting for export."""
 
     # ---------------------------------------------------------------- golden cases
 

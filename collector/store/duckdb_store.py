@@ -15,12 +15,14 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.sql import QueryResult, run_query
 from collector.store.base import ReadOnlyStore, Store, StoreError, StoreLocked
 from collector.store.config import StoreConfig
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
+from collector.store.tables import SCORE_AGGREGATE_KEY, WRITEBACK_SOURCE
 from collector.store.trace_rows import TraceTables
 
 
@@ -107,6 +109,30 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
 
 
 _IDS = "_trace_ids"
+_NOW = "now()::TIMESTAMP"
+
+# score_aggregates: its key, the aggregates of a set of score rows `s`, and key equality.
+_AGG_KEY = ", ".join(SCORE_AGGREGATE_KEY)
+_AGGREGATES = (
+    "s.bucket, s.service_name, s.name, count(*) AS n, count(*) FILTER (s.status = 'pass') AS n_pass, "
+    "count(*) FILTER (s.status = 'fail') AS n_fail, count(*) FILTER (s.status = 'error') AS n_error, "
+    "count(*) FILTER (s.status = 'skipped') AS n_skipped, sum(s.value) AS sum, "
+    "sum(s.value * s.value) AS sum_sq, min(s.value) AS min, max(s.value) AS max"
+)
+
+
+def _key_match(left: str, right: str) -> str:
+    return " AND ".join(f"{left}.{k} IS NOT DISTINCT FROM {right}.{k}" for k in SCORE_AGGREGATE_KEY)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table | None) -> None:
+    if rows is not None and rows.num_rows:
+        with _registered(con, "_rows", rows):
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")
+
+
+def _rows_of(table: pa.Table, trace_ids: pa.Array) -> pa.Table:
+    return table.filter(pc.is_in(table["trace_id"], value_set=trace_ids))
 
 
 def _ids_table(trace_ids: Iterable[str]) -> pa.Table:
@@ -133,6 +159,10 @@ class DuckDBStore(Store):
         self.read_only = read_only
         self._con = connect(self.path, config, read_only=read_only)
         self._write_lock = threading.Lock()
+        # Everything but span appends: assembled rows, scores and their aggregates, the outbox.
+        # Their transactions update shared rows (score_aggregates), so they take turns instead
+        # of failing on DuckDB's write-write conflicts.
+        self._derived_lock = threading.Lock()
         if read_only:
             return
         try:
@@ -175,7 +205,9 @@ class DuckDBStore(Store):
                 f"SELECT {span_columns} FROM spans s SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id"
             ).to_arrow_table()
             events = con.execute(
-                f"SELECT {event_columns} FROM span_events e SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id"
+                f"SELECT {event_columns} FROM span_events e SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id "
+                # ragpulse's own write-back events are not part of what the app sent.
+                f"WHERE e.source IS DISTINCT FROM '{WRITEBACK_SOURCE}'"
             ).to_arrow_table()
         return spans, events
 
@@ -214,19 +246,158 @@ class DuckDBStore(Store):
 
     def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
         self._writable()
-        with self._cursor() as con, transaction(con):
+        with self._derived_lock, self._cursor() as con, transaction(con):
+            affected = None
             if replace:
                 with _registered(con, _IDS, _ids_table(replace)):
-                    for table in ("traces", "steps", "documents"):
+                    affected = con.execute(
+                        f"SELECT DISTINCT {_AGG_KEY} FROM scores "
+                        f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
+                    ).to_arrow_table()
+                    for table in ("traces", "steps", "documents", "scores", "evaluation_outbox"):
                         con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM {_IDS})")
+                    con.execute(
+                        f"DELETE FROM span_events WHERE source = '{WRITEBACK_SOURCE}' "
+                        f"AND trace_id IN (SELECT trace_id FROM {_IDS})"
+                    )
             for table, rows in (
                 ("traces", tables.traces),
                 ("steps", tables.steps),
                 ("documents", tables.documents),
             ):
-                if rows.num_rows:
-                    with _registered(con, "_assembled", rows):
-                        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _assembled")
+                _insert(con, table, rows)
+            self._insert_scores(con, tables.scores, tables.events, tables.outbox, affected)
+
+    def _insert_scores(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        scores: pa.Table | None,
+        events: pa.Table | None,
+        outbox: pa.Table | None,
+        affected: pa.Table | None,
+    ) -> None:
+        """Insert score rows and their events, and keep `score_aggregates` in step: the `affected`
+        groups (of replaced scores) are recomputed from `scores`, the others get the new rows added."""
+        _insert(con, "span_events", events)
+        _insert(con, "evaluation_outbox", outbox)
+        _insert(con, "scores", scores)
+        if affected is not None and affected.num_rows:
+            with _registered(con, "_affected", affected):
+                con.execute(
+                    "DELETE FROM score_aggregates a "
+                    f"WHERE EXISTS (SELECT 1 FROM _affected k WHERE {_key_match('a', 'k')})"
+                )
+                con.execute(
+                    f"INSERT INTO score_aggregates BY NAME SELECT {_AGGREGATES}, {_NOW} AS updated_at "
+                    f"FROM scores s SEMI JOIN _affected k ON {_key_match('s', 'k')} GROUP BY ALL"
+                )
+        if scores is None or not scores.num_rows:
+            return
+        with _registered(con, "_new_scores", scores):
+            skip = ""
+            if affected is not None and affected.num_rows:
+                con.register("_affected", affected)
+                skip = f"ANTI JOIN _affected k ON {_key_match('s', 'k')}"
+            added = con.execute(
+                f"SELECT {_AGGREGATES} FROM _new_scores s {skip} GROUP BY ALL"
+            ).to_arrow_table()
+            if skip:
+                con.unregister("_affected")
+        with _registered(con, "_added", added):
+            con.execute(
+                """
+                UPDATE score_aggregates a SET
+                    n = a.n + g.n, n_pass = a.n_pass + g.n_pass, n_fail = a.n_fail + g.n_fail,
+                    n_error = a.n_error + g.n_error, n_skipped = a.n_skipped + g.n_skipped,
+                    sum = coalesce(a.sum, 0) + coalesce(g.sum, 0),
+                    sum_sq = coalesce(a.sum_sq, 0) + coalesce(g.sum_sq, 0),
+                    min = least(a.min, g.min), max = greatest(a.max, g.max),
+                    updated_at = now()::TIMESTAMP
+                FROM _added g WHERE """
+                + _key_match("a", "g")
+            )
+            con.execute(
+                f"INSERT INTO score_aggregates BY NAME SELECT g.*, {_NOW} AS updated_at FROM _added g "
+                f"WHERE NOT EXISTS (SELECT 1 FROM score_aggregates a WHERE {_key_match('a', 'g')})"
+            )
+
+    # ---------------------------------------------------------------- judge work
+
+    def pending_judge_work(self, limit: int, exclude: Iterable[str] = ()) -> pa.Table:
+        with self._cursor() as con, _registered(con, _IDS, _ids_table(exclude)):
+            return con.execute(
+                "SELECT trace_id, assembly_count, sample_reason, expected_answer, "
+                "CAST(expected_documents AS VARCHAR) AS expected_documents "
+                "FROM traces t WHERE judge_status = 'pending' "
+                f"AND NOT EXISTS (SELECT 1 FROM {_IDS} i WHERE i.trace_id = t.trace_id) "
+                "ORDER BY assembled_at LIMIT ?",
+                [limit],
+            ).to_arrow_table()
+
+    def write_judge_scores(
+        self, revisions: pa.Table, scores: pa.Table, events: pa.Table, outbox: pa.Table
+    ) -> int:
+        self._writable()
+        with self._derived_lock, self._cursor() as con, transaction(con):
+            with _registered(con, "_revisions", revisions):
+                current = con.execute(
+                    "SELECT r.trace_id FROM _revisions r JOIN traces t ON t.trace_id = r.trace_id "
+                    "AND t.assembly_count = r.revision AND t.judge_status = 'pending'"
+                ).to_arrow_table()
+            if not current.num_rows:
+                return 0
+            keep = pa.array(current["trace_id"].to_pylist(), pa.string())
+            rows = [_rows_of(table, keep) for table in (scores, events, outbox)]
+            self._insert_scores(con, rows[0], rows[1], rows[2], None)
+            with _registered(con, _IDS, pa.table({"trace_id": keep})):
+                con.execute(
+                    "UPDATE traces SET judge_status = 'done', scored_at = now()::TIMESTAMP "
+                    f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
+                )
+            return current.num_rows
+
+    def skip_judge_work(self, trace_ids: Sequence[str], reason: str) -> None:
+        self._writable()
+        ids = _ids_table(trace_ids)
+        with self._derived_lock, self._cursor() as con, transaction(con), _registered(con, _IDS, ids):
+            con.execute(
+                "UPDATE traces SET judge_status = ?, sample_decision = 'deterministic', sample_reason = ? "
+                f"WHERE judge_status = 'pending' AND trace_id IN (SELECT trace_id FROM {_IDS})",
+                [reason, reason],
+            )
+
+    # ---------------------------------------------------------------- evaluation outbox
+
+    def read_outbox(self, limit: int) -> pa.Table:
+        with self._cursor() as con:
+            return con.execute(
+                "SELECT * FROM evaluation_outbox ORDER BY created_at, event_id LIMIT ?", [limit]
+            ).to_arrow_table()
+
+    def delete_outbox(self, event_ids: Sequence[str]) -> None:
+        self._writable()
+        ids = pa.table({"event_id": pa.array(list(event_ids), pa.string())})
+        with self._derived_lock, self._cursor() as con, transaction(con), _registered(con, "_sent", ids):
+            con.execute("DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM _sent)")
+
+    def trim_outbox(self, max_events: int) -> int:
+        self._writable()
+        with self._derived_lock, self._cursor() as con, transaction(con):
+            row = con.execute("SELECT count(*) FROM evaluation_outbox").fetchone()
+            excess = (row[0] if row else 0) - max_events
+            if excess <= 0:
+                return 0
+            con.execute(
+                "DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM evaluation_outbox "
+                "ORDER BY created_at, event_id LIMIT ?)",
+                [excess],
+            )
+            return excess
+
+    def outbox_depth(self) -> int:
+        with self._cursor() as con:
+            row = con.execute("SELECT count(*) FROM evaluation_outbox").fetchone()
+        return int(row[0]) if row else 0
 
     # ---------------------------------------------------------------- golden cases
 

@@ -1,14 +1,21 @@
 """Versioned schema migrations. Each entry runs once, in order, inside one transaction.
 
-The tables' current shape is defined in `tables.py`; the SQL here is how a database file gets
-there. To add a column: add it in `tables.py`, then append a migration made with `add_columns`.
+The tables' current shape is defined in `tables.py`, each column with the schema version that
+added it; the SQL here is how a database file gets there. To add a column: add it in `tables.py`
+with the next version as its `since`, then append a migration made with `add_columns`. A new
+table: define it (every column `since` the new version) and create it with `create_tables`.
 Never edit a migration that has shipped (files in the field carry it). The first two are kept as
 the SQL they shipped with.
 """
 
 from __future__ import annotations
 
-from collector.store.tables import SPAN_EVENTS, Table
+from collector.store.tables import EVALUATION_OUTBOX, SCORE_AGGREGATES, SCORES, SPAN_EVENTS, TRACES, Table
+
+
+def create_tables(version: int, *tables: Table) -> str:
+    """`CREATE TABLE` for tables defined in `tables.py`, with the columns they had at `version`."""
+    return "\n".join(table.create_sql(version) for table in tables)
 
 
 def add_columns(table: Table, *names: str) -> str:
@@ -136,6 +143,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # Events sent as logs arrive apart from their spans: a restart must know which came after
         # their trace was assembled (`Store.pending_trace_ids`). NULL for rows stored before.
         add_columns(SPAN_EVENTS, "received_at"),
+    ),
+    (
+        4,
+        "online scoring: scores, their aggregates, the evaluation outbox, judge status of traces",
+        create_tables(4, SCORES, SCORE_AGGREGATES, EVALUATION_OUTBOX)
+        + "\n"
+        + add_columns(TRACES, "judge_status", "scored_at"),
     ),
 ]
 

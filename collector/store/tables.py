@@ -20,11 +20,13 @@ TimeUnit = Literal["us", "ns"]
 
 @dataclass(frozen=True)
 class Column:
-    """One column: its name, DuckDB type and constraint (e.g. `NOT NULL`)."""
+    """One column: its name, DuckDB type, constraint (e.g. `NOT NULL`) and the schema version that
+    added it (a migration creating the table at version N creates the columns of version <= N)."""
 
     name: str
     sql_type: str
     constraint: str = ""
+    since: int = 1
 
     def arrow_type(self, time_unit: TimeUnit) -> pa.DataType:
         """The Arrow type rows of this column are built with before an insert."""
@@ -65,8 +67,10 @@ class Table:
                 return column
         raise KeyError(f"{self.name} has no column {name}")
 
-    def create_sql(self) -> str:
-        body = ",\n    ".join(c.ddl() for c in self.columns)
+    def create_sql(self, version: int | None = None) -> str:
+        """`CREATE TABLE` with every column, or those that existed at schema `version`."""
+        columns = [c for c in self.columns if version is None or c.since <= version]
+        body = ",\n    ".join(c.ddl() for c in columns)
         return f"CREATE TABLE {self.name} (\n    {body}\n);"
 
     def arrow_schema(self) -> pa.Schema:
@@ -87,11 +91,12 @@ class Table:
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _columns(*specs: tuple[str, ...]) -> tuple[Column, ...]:
+def _columns(*specs: tuple[Any, ...]) -> tuple[Column, ...]:
     return tuple(Column(*spec) for spec in specs)
 
 
 _KEY = "NOT NULL"
+WRITEBACK_SOURCE = "ragpulse"  # span_events.source of the events ragpulse writes back
 
 SPANS = Table(
     "spans",
@@ -126,11 +131,12 @@ SPAN_EVENTS = Table(
         ("time", "TIMESTAMP"),
         ("name", "VARCHAR"),
         ("attributes", "JSON"),
-        # `otlp` (a span's own event), `log` (sent on /v1/logs), `replay`, `file`.
+        # `otlp` (a span's own event), `log` (sent on /v1/logs), `replay`, `file`, or `ragpulse`
+        # (a score written back as a `gen_ai.evaluation.result` event).
         ("source", "VARCHAR"),
         # When it arrived: events sent as logs come apart from their spans, and a restart must know
         # which came after their trace was assembled.
-        ("received_at", "TIMESTAMP"),
+        ("received_at", "TIMESTAMP", "", 3),
     ),
     time_unit="ns",
 )
@@ -166,6 +172,10 @@ TRACES = Table(
         ("assembly_reason", "VARCHAR"),
         ("assembly_count", "INTEGER"),
         ("last_received_at", "TIMESTAMP"),
+        # Judge work: `pending` until the judge stage has stored its scores (`done`), or why it
+        # did not run (`throttled`, `over_budget`); null when the trace is not judge-sampled.
+        ("judge_status", "VARCHAR", "", 4),
+        ("scored_at", "TIMESTAMP", "", 4),
     ),
 )
 
@@ -224,4 +234,84 @@ CASES = Table(
     ),
 )
 
-ALL_TABLES: tuple[Table, ...] = (SPANS, SPAN_EVENTS, TRACES, STEPS, DOCUMENTS, CASES)
+SCORES = Table(
+    "scores",
+    _columns(
+        ("trace_id", "VARCHAR", _KEY, 4),
+        # The evaluated span: the retrieval span for retrieval and context scores, the LLM span
+        # that wrote the answer for faithfulness and citations, the root span for answer scores.
+        ("span_id", "VARCHAR", _KEY, 4),
+        ("name", "VARCHAR", _KEY, 4),
+        ("value", "DOUBLE", "", 4),
+        ("status", "VARCHAR", "", 4),
+        ("threshold", "DOUBLE", "", 4),
+        ("label", "VARCHAR", "", 4),
+        ("explanation", "VARCHAR", "", 4),
+        ("items", "JSON", "", 4),
+        ("judge_provider", "VARCHAR", "", 4),
+        ("judge_model", "VARCHAR", "", 4),
+        ("judge_temperature", "DOUBLE", "", 4),
+        ("prompt_version", "VARCHAR", "", 4),
+        ("config_hash", "VARCHAR", "", 4),
+        ("judge_input_tokens", "BIGINT", "", 4),
+        ("judge_output_tokens", "BIGINT", "", 4),
+        ("latency_ms", "DOUBLE", "", 4),
+        ("created_at", "TIMESTAMP", "", 4),
+        ("service_name", "VARCHAR", "", 4),
+        # The minute of the trace's start: the `score_aggregates` bucket the score counts in.
+        ("bucket", "TIMESTAMP", "", 4),
+        ("evaluator", "VARCHAR", "", 4),  # deterministic | judge
+        ("revision", "INTEGER", "", 4),  # the trace's assembly count when it was scored
+    ),
+)
+
+# One row per minute x service x score name; the key (all but the counts) will grow with slice
+# dimensions, so rows are upserted by a join on the key columns, not by a constraint.
+SCORE_AGGREGATES = Table(
+    "score_aggregates",
+    _columns(
+        ("bucket", "TIMESTAMP", "", 4),
+        ("service_name", "VARCHAR", "", 4),
+        ("name", "VARCHAR", "", 4),
+        ("n", "BIGINT", "", 4),
+        ("n_pass", "BIGINT", "", 4),
+        ("n_fail", "BIGINT", "", 4),
+        ("n_error", "BIGINT", "", 4),
+        ("n_skipped", "BIGINT", "", 4),
+        ("sum", "DOUBLE", "", 4),  # of the values (pass and fail scores have one)
+        ("sum_sq", "DOUBLE", "", 4),
+        ("min", "DOUBLE", "", 4),
+        ("max", "DOUBLE", "", 4),
+        ("updated_at", "TIMESTAMP", "", 4),
+    ),
+)
+SCORE_AGGREGATE_KEY = ("bucket", "service_name", "name")
+
+# Evaluation events waiting to be exported over OTLP (`exporters.otlp.endpoint`): written in the
+# transaction that stores their scores, deleted once the downstream has acknowledged them.
+EVALUATION_OUTBOX = Table(
+    "evaluation_outbox",
+    _columns(
+        ("event_id", "VARCHAR", _KEY, 4),
+        ("trace_id", "VARCHAR", _KEY, 4),
+        ("span_id", "VARCHAR", _KEY, 4),  # the evaluated span: the evaluation span's parent
+        ("time", "TIMESTAMP", "", 4),
+        ("name", "VARCHAR", "", 4),
+        ("attributes", "JSON", "", 4),
+        ("evaluator", "VARCHAR", "", 4),
+        ("revision", "INTEGER", "", 4),
+        ("created_at", "TIMESTAMP", "", 4),
+    ),
+)
+
+ALL_TABLES: tuple[Table, ...] = (
+    SPANS,
+    SPAN_EVENTS,
+    TRACES,
+    STEPS,
+    DOCUMENTS,
+    CASES,
+    SCORES,
+    SCORE_AGGREGATES,
+    EVALUATION_OUTBOX,
+)

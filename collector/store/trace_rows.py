@@ -1,4 +1,5 @@
-"""Assembled `RagTrace`s as Arrow tables of the `traces`, `steps` and `documents` shapes."""
+"""Assembled `RagTrace`s as Arrow tables of the `traces`, `steps` and `documents` shapes, with the
+rows their online scores add (`scores`, write-back `span_events`, `evaluation_outbox`)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,22 @@ class AssembledTrace:
     assembly_count: int = 1
     last_received_us: int | None = None
     case_match: str | None = None
+    sample_decision: str | None = None
+    sample_reason: str | None = None
+    judge_status: str | None = None
+    scored: bool = False
 
 
 @dataclass
 class TraceTables:
+    """The rows of one assembly round; `write_traces` stores them in one transaction."""
+
     traces: pa.Table
     steps: pa.Table
     documents: pa.Table
+    scores: pa.Table | None = None
+    events: pa.Table | None = None  # write-back `gen_ai.evaluation.result` span events
+    outbox: pa.Table | None = None  # the same events, waiting for OTLP export
 
 
 def _json(value: Any) -> str | None:
@@ -72,6 +82,10 @@ def trace_tables(assembled: Sequence[AssembledTrace], now_us: int) -> TraceTable
         "assembly_reason": [a.reason for a in assembled],
         "assembly_count": [a.assembly_count for a in assembled],
         "last_received_at": [a.last_received_us for a in assembled],
+        "sample_decision": [a.sample_decision for a in assembled],
+        "sample_reason": [a.sample_reason for a in assembled],
+        "judge_status": [a.judge_status for a in assembled],
+        "scored_at": [now_us if a.scored else None for a in assembled],
     }
     step_columns: dict[str, list[Any]] = {
         "trace_id": [trace_id for trace_id, _ in steps],

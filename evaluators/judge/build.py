@@ -18,10 +18,12 @@ def open_judge(
     *,
     model: str | None = None,
     persistent_cache: bool = True,
+    check: bool = True,
     **overrides: Any,
 ) -> JudgeClient:
     """A judge client for `settings` (with `model` and any setting overridden), after its pre-run
-    check (`JudgeCheckError` when the model does not answer a tiny structured request).
+    check (`JudgeCheckError` when the model does not answer a tiny structured request; `check=False`
+    leaves the check to the caller, e.g. a service that must start even when the judge is down).
 
     With `persistent_cache` and `verdict_store` set, verdicts are kept in that DuckDB file, so a
     later run reuses them. Close both with `close_judge`."""
@@ -38,11 +40,12 @@ def open_judge(
         except VerdictStoreError as exc:
             raise JudgeSetupError(f"judge.verdict_store: {exc}") from None
     client = JudgeClient(settings, store=store)
-    try:
-        client.check()
-    except Exception:
-        client.close()
-        raise
+    if check:
+        try:
+            client.check()
+        except Exception:
+            close_judge(client)
+            raise
     return client
 
 

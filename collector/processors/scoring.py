@@ -1,0 +1,318 @@
+"""Online scoring of mapped traces: sampling, the deterministic evaluators, and the rows they make.
+
+Pure logic over `RagTrace`s and `Score`s, run in the mapping worker right after mapping (the
+deterministic evaluators) and by the judge stage (the judge evaluators). For each scored trace it
+builds, column-wise:
+
+- `scores` rows, each under its evaluated span (`evaluated_span`);
+- the write-back: one `gen_ai.evaluation.result` span event per score in `span_events`
+  (`source = 'ragpulse'`), and, when scores are exported over OTLP, the same events as
+  `evaluation_outbox` rows.
+
+Which evaluator runs where: with a judge configured, a score name that has a judge variant is
+scored by the judge, on judge-sampled traces only (unless its entry says `judge: false`); every
+other name is scored deterministically on every sampled trace. So a name is one method in one
+deployment, and `score_aggregates` never mixes a lexical proxy with a judge's verdicts.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.processors.config import SamplingConfig
+from collector.processors.sampler import Decision, TraceFacts, decide
+from collector.store.tables import EVALUATION_OUTBOX, SCORES, SPAN_EVENTS, WRITEBACK_SOURCE
+from collector.telemetry import Metrics
+from evaluators.registry import build_evaluators, uses_judge
+from evaluators.scores import Score
+from evaluators.text import Evaluator
+from semconv import RagTrace, SpanRecord
+
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+# Claims and documents behind a score travel with its event, cut to keep events small.
+MAX_EVENT_ITEMS = 20
+MAX_EVENT_TEXT = 1_000
+
+# Score names by what they evaluate (the rest, answer-level, go to the root span).
+_RETRIEVAL_PREFIXES = ("retrieval.", "context_")
+_GENERATION_NAMES = frozenset({"faithfulness", "groundedness", "hallucination", "citation"})
+
+
+@dataclass
+class ScoringSetup:
+    """What the scoring stage needs, picklable for the mapping worker: the sampling config, the
+    evaluator entries run deterministically, whether any entry is left to the judge, and whether
+    evaluation events are exported over OTLP (then they also go to the outbox)."""
+
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    deterministic_entries: list[dict[str, Any]] | None = None
+    has_judge_evaluators: bool = False
+    export_events: bool = False
+
+    @classmethod
+    def from_entries(
+        cls,
+        entries: Sequence[Mapping[str, Any]] | None,
+        sampling: SamplingConfig,
+        judge_configured: bool,
+        export_events: bool,
+    ) -> ScoringSetup:
+        from evaluators.registry import DEFAULT_ENTRIES
+
+        listed = list(DEFAULT_ENTRIES if entries is None else entries)
+        deterministic = [dict(e) for e in listed if not uses_judge(e, judge_configured)]
+        judged = any(uses_judge(e, judge_configured) for e in listed)
+        return cls(sampling, deterministic, judged, export_events)
+
+    def build(self) -> list[Evaluator]:
+        return build_evaluators(self.deterministic_entries or [])
+
+
+@dataclass
+class ScoredTrace:
+    """One trace's sampling decision and its deterministic scores."""
+
+    trace: RagTrace
+    decision: Decision
+    scores: list[Score]
+
+    @property
+    def judge_status(self) -> str | None:
+        return "pending" if self.decision.judge else None
+
+
+def sample(trace: RagTrace, spans: Iterable[SpanRecord], config: SamplingConfig) -> Decision:
+    """The sampling decision of a mapped trace (spans give the rules their attributes)."""
+    facts = TraceFacts(
+        trace_id=trace.trace_id,
+        service_name=trace.service_name,
+        status=trace.status,
+        duration_ms=trace.duration_ms,
+        attributes=[span.attributes for span in spans],
+        applicable=trace.convention != "unknown" and trace.mapping_error is None,
+    )
+    return decide(facts, config)
+
+
+def score_trace(
+    trace: RagTrace, spans: Sequence[SpanRecord], setup: ScoringSetup, evaluators: Sequence[Evaluator]
+) -> ScoredTrace:
+    """Sample one trace and run the deterministic evaluators when it is sampled."""
+    decision = sample(trace, spans, setup.sampling)
+    if decision.judge and not setup.has_judge_evaluators:
+        decision = Decision("deterministic", decision.reason)
+    scores = [evaluate(trace) for evaluate in evaluators] if decision.deterministic else []
+    return ScoredTrace(trace, decision, scores)
+
+
+def evaluated_span(trace: RagTrace, name: str) -> str:
+    """The span a score is written back under: the retrieval span for retrieval and context scores,
+    the LLM span that wrote the answer for faithfulness and citations, the root span for scores of
+    the answer as a whole. Falls back to the root span, then to the first step's span."""
+    if name.startswith(_RETRIEVAL_PREFIXES):
+        reranks = trace.steps_of("rerank")
+        step = reranks[-1] if reranks else next(iter(trace.steps_of("retrieval")), None)
+        if step is not None:
+            return step.span_id
+    elif name in _GENERATION_NAMES:
+        llms = trace.steps_of("llm")
+        if llms:
+            return llms[-1].span_id
+    if trace.root_span_id:
+        return trace.root_span_id
+    return trace.steps[0].span_id if trace.steps else ""
+
+
+@dataclass
+class ScoreRows:
+    """The rows one batch of scores adds: `scores`, write-back `span_events`, `evaluation_outbox`."""
+
+    scores: pa.Table
+    events: pa.Table
+    outbox: pa.Table
+
+    @classmethod
+    def empty(cls) -> ScoreRows:
+        return cls(
+            SCORES.arrow_schema().empty_table(),
+            SPAN_EVENTS.arrow_schema().empty_table(),
+            EVALUATION_OUTBOX.arrow_schema().empty_table(),
+        )
+
+
+def score_rows(
+    scored: Iterable[tuple[RagTrace, int, Sequence[Score]]],
+    evaluator: str,
+    now_us: int,
+    export_events: bool,
+) -> ScoreRows:
+    """Rows for the scores of many traces: `(trace, revision, scores)` each, `evaluator` being
+    `deterministic` or `judge`. Times are `now_us` (µs since the epoch)."""
+    columns: dict[str, list[Any]] = {name: [] for name in SCORES.column_names}
+    events: dict[str, list[Any]] = {name: [] for name in ("trace_id", "span_id", "attributes")}
+    for trace, revision, scores in scored:
+        bucket = _minute(trace.start_us if trace.start_us is not None else now_us)
+        for score in scores:
+            span_id = evaluated_span(trace, score.name)
+            items = _items(score)
+            _append_score(columns, trace, span_id, score, items, bucket, evaluator, revision, now_us)
+            events["trace_id"].append(trace.trace_id)
+            events["span_id"].append(span_id)
+            events["attributes"].append(event_attributes(score, evaluator, revision, items))
+    n = len(columns["trace_id"])
+    n_events = len(events["trace_id"])
+    event_columns = {
+        **events,
+        "time": [now_us * 1000] * n_events,  # span_events keep nanoseconds
+        "name": [EVALUATION_EVENT] * n_events,
+        "source": [WRITEBACK_SOURCE] * n_events,
+        "received_at": [now_us * 1000] * n_events,
+    }
+    outbox = EVALUATION_OUTBOX.arrow_schema().empty_table()
+    if export_events and n_events:
+        outbox = EVALUATION_OUTBOX.arrow_table(
+            {
+                **events,
+                "event_id": [secrets.token_hex(16) for _ in range(n_events)],
+                "time": [now_us] * n_events,
+                "name": [EVALUATION_EVENT] * n_events,
+                "evaluator": [evaluator] * n_events,
+                "revision": columns["revision"],
+                "created_at": [now_us] * n_events,
+            },
+            n_events,
+        )
+    return ScoreRows(
+        scores=SCORES.arrow_table(columns, n),
+        events=SPAN_EVENTS.arrow_table(event_columns, n_events),
+        outbox=outbox,
+    )
+
+
+def _append_score(
+    columns: dict[str, list[Any]],
+    trace: RagTrace,
+    span_id: str,
+    score: Score,
+    items: list[dict[str, Any]],
+    bucket: int,
+    evaluator: str,
+    revision: int,
+    now_us: int,
+) -> None:
+    values = {
+        "trace_id": trace.trace_id,
+        "span_id": span_id,
+        "name": score.name,
+        "value": score.value,
+        "status": score.status,
+        "threshold": score.threshold,
+        "label": score.label,
+        "explanation": score.explanation,
+        "items": orjson.dumps(items).decode(),
+        "judge_provider": score.provider,
+        "judge_model": score.model,
+        "judge_temperature": score.temperature,
+        "prompt_version": score.prompt_version,
+        "config_hash": score.config_hash,
+        "judge_input_tokens": score.judge_input_tokens,
+        "judge_output_tokens": score.judge_output_tokens,
+        "latency_ms": score.latency_ms,
+        "created_at": now_us,
+        "service_name": trace.service_name,
+        "bucket": bucket,
+        "evaluator": evaluator,
+        "revision": revision,
+    }
+    for name, value in values.items():
+        columns[name].append(value)
+
+
+def _items(score: Score) -> list[dict[str, Any]]:
+    return [{"text": i.text, "ok": i.ok, "evidence": i.evidence} for i in score.items]
+
+
+def event_attributes(score: Score, evaluator: str, revision: int, items: list[dict[str, Any]]) -> str:
+    """The `gen_ai.evaluation.result` event of a score, as JSON attributes: the OpenTelemetry GenAI
+    evaluation attributes plus `ragpulse.*` extras (status, threshold, judge, revision, and the
+    first claims or documents behind the score, failing first)."""
+    attributes: dict[str, Any] = {
+        "gen_ai.evaluation.name": score.name,
+        "gen_ai.evaluation.score.label": score.label or score.status,
+        "ragpulse.status": score.status,
+        "ragpulse.evaluator": evaluator,
+        "ragpulse.revision": revision,
+    }
+    if score.value is not None:
+        attributes["gen_ai.evaluation.score.value"] = float(score.value)
+    if score.explanation:
+        attributes["gen_ai.evaluation.explanation"] = _clip(score.explanation)
+    if score.status == "error":
+        attributes["error.type"] = score.label or "error"
+    if score.threshold is not None:
+        attributes["ragpulse.threshold"] = float(score.threshold)
+    if score.model:
+        attributes["ragpulse.judge.model"] = score.model
+    if score.prompt_version:
+        attributes["ragpulse.prompt_version"] = score.prompt_version
+    if items:
+        shown = [
+            {**item, "text": _clip(item["text"]), "evidence": _clip(item["evidence"])}
+            for item in items[:MAX_EVENT_ITEMS]
+        ]
+        attributes["ragpulse.items"] = orjson.dumps(shown).decode()
+    return orjson.dumps(attributes).decode()
+
+
+def _clip(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_EVENT_TEXT:
+        return text
+    return text[: MAX_EVENT_TEXT - 1] + "…"
+
+
+def _minute(us: int) -> int:
+    return us - us % 60_000_000
+
+
+def record_metrics(
+    metrics: Metrics,
+    scores: pa.Table | None,
+    evaluator: str,
+    now_us: int,
+    decisions: pa.Table | None = None,
+    received_us: Sequence[int | None] = (),
+) -> None:
+    """Count stored scores by name and status, sampling decisions by decision and reason (a
+    `traces` table), and observe the scoring lag of each scored trace (its last span received).
+
+    A `judge` decision is not counted here: the judge stage counts it when the budget lets it
+    stand, or counts `deterministic` with `throttled` / `over_budget` when not, so each trace's
+    decision is counted once."""
+    if scores is not None and scores.num_rows:
+        for row in scores.group_by(["name", "status"]).aggregate([("name", "count")]).to_pylist():
+            metrics.scores.labels(row["name"], row["status"], evaluator).inc(row["name_count"])
+    if decisions is not None and decisions.num_rows:
+        grouped = decisions.group_by(["sample_decision", "sample_reason"]).aggregate([("trace_id", "count")])
+        for row in grouped.to_pylist():
+            if row["sample_decision"] not in (None, "judge"):
+                metrics.sampling_decisions.labels(row["sample_decision"], row["sample_reason"]).inc(
+                    row["trace_id_count"]
+                )
+    lag = metrics.scoring_lag_seconds.labels(evaluator)
+    for received in received_us:
+        if received is not None:
+            lag.observe(max(0.0, (now_us - received) / 1e6))
+
+
+def scored_received_times(traces: pa.Table) -> list[int | None]:
+    """`last_received_at` (µs) of the traces of a `traces` table that were scored in this round."""
+    scored = traces.filter(pc.is_valid(traces["scored_at"]))
+    received = pc.cast(pc.cast(scored["last_received_at"], pa.timestamp("us")), pa.int64())
+    return received.to_pylist()
