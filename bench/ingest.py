@@ -4,7 +4,8 @@
 Starts `ragpulse serve` on a fresh DuckDB file, drives it with the OTLP load generator
 (bench/load_generator.py: OpenInference RAG traces of 4 spans, ~770 bytes/span), then counts the
 spans in DuckDB. A second pass sends the same kind of requests from an instrumented client to
-measure per-Export latency (p50/p99). Peak RSS is the server's VmHWM from /proc.
+measure per-Export latency (p50/p99). Peak RSS is the server's VmHWM from /proc, alone and
+plus its mapping workers' (the sum of the peaks: an upper bound of the peak of the sum).
 
     .venv/bin/python bench/ingest.py                  # gRPC, 100k traces (400k spans)
     .venv/bin/python bench/ingest.py --traces 20000 --protocol http-json
@@ -46,6 +47,17 @@ def peak_rss_mib(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
     match = re.search(r"VmHWM:\s+(\d+) kB", status)
     return int(match.group(1)) / 1024 if match else float("nan")
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started, from any of its threads (the mapping workers)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def count_rows(http_url: str, table: str = "spans") -> int:
@@ -308,7 +320,12 @@ def main() -> None:
             f"p50 {percentile(latencies, 50) * 1000:.1f} ms, p99 {percentile(latencies, 99) * 1000:.1f} ms "
             f"({n * args.batch * 4 / wall:.0f} spans/s during this pass)"
         )
-        print(f"peak RSS of ragpulse serve: {peak_rss_mib(proc.pid):.0f} MiB")
+        server = peak_rss_mib(proc.pid)
+        workers = sum(peak_rss_mib(child) for child in children(proc.pid))
+        print(
+            f"peak RSS of ragpulse serve: {server:.0f} MiB; with its mapping workers' peaks: "
+            f"{server + workers:.0f} MiB"
+        )
     finally:
         proc.terminate()
         try:

@@ -115,6 +115,7 @@ class Service:
             scoring = self._start_scoring(self.store)
             self.assembler = TraceAssembler(self.store, cfg.assembler, self.metrics, scoring=scoring)
             self.writer.add_listener(self.assembler.on_commit)
+            self.writer.add_gate(self.assembler.accepting)
             self.assembler.start()
         self.writer.start()
         if cfg.exporters.forward_spans and cfg.exporters.otlp.endpoint:

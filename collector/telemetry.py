@@ -87,6 +87,11 @@ class Metrics:
         self.assembly_errors = Counter(
             "ragpulse_assembly_errors", "Assembly rounds that failed (retried after a restart)", registry=r
         )
+        self.assembly_spilled_spans = Counter(
+            "ragpulse_assembly_spilled_spans",
+            "Spans not kept in memory for assembly (past assembler.max_held_spans): read back from the store",
+            registry=r,
+        )
         self.assembly_seconds = Histogram(
             "ragpulse_assembly_seconds",
             "Time to map and write one round of assembled traces",

@@ -327,9 +327,10 @@ class ServeProcess:
     """`ragpulse serve` as a subprocess on fixed ports (a restart is reachable at the same address),
     for tests that kill it. `start(**assembler)` sets `RAGPULSE_ASSEMBLER__*` for that run."""
 
-    def __init__(self, db: Path, log: Path) -> None:
+    def __init__(self, db: Path, log: Path, config: Path | None = None) -> None:
         self.db = db
         self.log = log
+        self.config = config
         self.grpc_port = free_port()
         self.http_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -345,6 +346,8 @@ class ServeProcess:
         env.update({f"RAGPULSE_ASSEMBLER__{k.upper()}": v for k, v in assembler.items()})
         command = [str(RAGPULSE), "serve", "--db", str(self.db)]
         command += ["--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port)]
+        if self.config is not None:
+            command += ["--config", str(self.config)]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, cwd=self.db.parent, env=env

@@ -313,6 +313,40 @@ def test_out_of_order_exports_give_the_same_rows_as_in_order(tmp_path: Path) -> 
         assert _rows_without_ids(svc, shuffled) == expected
 
 
+def test_spans_past_the_memory_bound_are_read_back_from_the_store(tmp_path: Path) -> None:
+    # max_held_spans 1: only the first one-span export is kept in memory, the other four spans are
+    # read back from the store, and the trace is the same as when all is held.
+    held = make_config(tmp_path / "held", assembler=fast_assembler(decision_wait=0.5))
+    spilled = make_config(tmp_path / "spilled", assembler=fast_assembler(decision_wait=0.5, max_held_spans=1))
+    rows = []
+    base = time.time_ns()
+    for config in (held, spilled):
+        Path(config.store.path).parent.mkdir()
+        with BackgroundService(config) as svc:
+            spans = {s.span_id: s for s in _nested_trace()}
+            for group in ([5], [3], [1], [2, 4]):
+                send(svc.http_url, trace_id_of(7), [spans[i] for i in group], base)
+            wait_traces(svc, 1)
+            rows.append(_rows_without_ids(svc, trace_id_of(7)))
+            spilled_spans = metric(svc, "ragpulse_assembly_spilled_spans_total")
+        assert spilled_spans == (4 if config is spilled else 0)
+    assert rows[0] == rows[1]
+    assert rows[0]["traces"][0]["span_count"] == 5
+
+
+def test_a_full_assembly_backlog_refuses_exports_with_a_retryable_status(tmp_path: Path) -> None:
+    config = make_config(tmp_path, assembler=fast_assembler(decision_wait=60, max_backlog=2))
+    with BackgroundService(config) as svc:
+        send(svc.http_url, trace_id_of(1), rag_spans())
+        send(svc.http_url, trace_id_of(2), rag_spans())
+        wait_for(lambda: in_flight(svc.http_url), lambda n: n == 2, what="two traces waiting")
+        request = otlp_request(trace_id_of(3), rag_spans(), time.time_ns())
+        refused = post_otlp(svc.http_url, request.SerializeToString(), "application/x-protobuf")
+        stored = count(svc, f"SELECT count(*) AS n FROM spans WHERE trace_id = '{trace_id_of(3)}'")
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert stored == 0
+
+
 def test_trace_without_root_is_assembled_at_max_wait_from_its_earliest_orphan(tmp_path: Path) -> None:
     max_wait = 1.0
     with BackgroundService(make_config(tmp_path, assembler=fast_assembler(max_wait=max_wait))) as svc:

@@ -11,11 +11,20 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from opentelemetry.sdk.trace import TracerProvider
 
 from collector.service import BackgroundService, Service
 from semconv import emit
-from tests.helpers import fast_assembler, make_config, metric, sdk_tracer_provider, sql, wait_for
+from tests.helpers import (
+    ServeProcess,
+    fast_assembler,
+    make_config,
+    metric,
+    sdk_tracer_provider,
+    sql,
+    wait_for,
+)
 from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict
 
 POLICY = "Items can be returned within 30 days of delivery for a full refund."
@@ -425,3 +434,67 @@ def test_a_downstream_outage_loses_no_evaluation_event(tmp_path: Path) -> None:
                 what="the waiting events downstream",
             )
     assert arrived == [{"n": len(DETERMINISTIC)}]
+
+
+# ------------------------------------------------------------------------- crash while judging
+
+
+def test_sigkill_while_judge_calls_are_in_flight_scores_every_trace_once_after_restart(
+    tmp_path: Path,
+) -> None:
+    def slow_judge(request: RecordedRequest) -> ChatReply:
+        messages = request.json["messages"]
+        content = json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
+        return ChatReply(content=content, delay=1.5)
+
+    with OpenAIStub(responder=slow_judge) as stub:
+        config = tmp_path / "ragpulse.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "judge": judge_config(stub),
+                    "sampling": {"judge_rate": 1.0},
+                    "scoring": {"judge_poll_interval": 0.1},
+                    "assembler": fast_assembler(workers=0),
+                    "evaluators": [{"name": "retrieval.recall@5"}, {"name": "faithfulness"}],
+                }
+            )
+        )
+        server = ServeProcess(tmp_path / "ragpulse.duckdb", tmp_path / "serve.log", config)
+        try:
+            server.start()
+            provider = sdk_tracer_provider(server, "shop-bot")
+            traces = [send_trace(provider, expected=["returns-policy"])["trace"] for _ in range(6)]
+            provider.shutdown()
+            # Judge calls are in flight (the judge takes 1.5 s) and none has been stored yet.
+            wait_for(lambda: len(stub.chat_requests), lambda n: n >= 2, what="judge calls in flight")
+            pending = sql(server, "SELECT count(*) AS n FROM traces WHERE judge_status = 'pending'")
+            server.kill()
+            assert pending[0]["n"] >= 1
+            server.start()
+            done = wait_for(
+                lambda: sql(server, "SELECT trace_id FROM traces WHERE judge_status = 'done'"),
+                lambda rows: len(rows) == len(traces),
+                timeout=60,
+                what="every trace judged after the restart",
+            )
+            counts = sql(
+                server,
+                "SELECT trace_id, name, evaluator, count(*) AS n FROM scores GROUP BY ALL ORDER BY ALL",
+            )
+            aggregates = sql(server, "SELECT name, n FROM score_aggregates ORDER BY name")
+            server.terminate()
+        finally:
+            server.cleanup()
+    assert {row["trace_id"] for row in done} == set(traces)
+    # Exactly one row per (trace, score): the judge's faithfulness and the deterministic recall.
+    assert len(counts) == 2 * len(traces)
+    assert all(row["n"] == 1 for row in counts)
+    assert {(row["name"], row["evaluator"]) for row in counts} == {
+        ("faithfulness", "judge"),
+        ("retrieval.recall@5", "deterministic"),
+    }
+    assert aggregates == [
+        {"name": "faithfulness", "n": len(traces)},
+        {"name": "retrieval.recall@5", "n": len(traces)},
+    ]

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -50,17 +50,47 @@ from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
-ROUND_TRACES = 2_000  # traces mapped per round: bounds the Python objects alive at once
+# Traces per mapping job: bounds the Python objects alive at once in the worker (about 50 KB a
+# trace while it is mapped and scored), and is large enough that a job's fixed costs do not show.
+ROUND_TRACES = 500
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     first_seen: float
     last_seen: float
     root_seen: bool = False
-    batches: set[int] = field(default_factory=set)
+    batches: list[int] = field(default_factory=list)
     from_store: bool = False  # late span or recovery: read every span of the trace from the store
+    spilled: bool = False  # some of its spans were not held in memory: read them from the store
+
+    @property
+    def read_back(self) -> bool:
+        return self.from_store or self.spilled
+
     checked: bool = False  # the store was asked whether this root-less trace was assembled before
+
+
+@dataclass(slots=True)
+class _Arrivals:
+    """What a committed batch tells assembly: the trace of each span (and of each log event, which
+    comes apart from its span and never counts as a root), which spans are roots, and the batch
+    itself unless its rows are left in the store."""
+
+    trace_ids: list[str]
+    roots: list[bool]
+    spans: int
+    batch: SpanBatch | None
+
+
+def _arrivals(batch: SpanBatch, keep: bool) -> _Arrivals:
+    trace_ids = batch.spans["trace_id"].to_pylist()
+    roots = pc.is_null(batch.spans["parent_span_id"]).to_pylist()
+    if batch.events.num_rows:
+        event_traces = pc.unique(batch.events["trace_id"]).to_pylist()
+        trace_ids += event_traces
+        roots += [False] * len(event_traces)
+    return _Arrivals(trace_ids, roots, batch.spans.num_rows, batch if keep else None)
 
 
 @dataclass
@@ -92,9 +122,13 @@ class TraceAssembler:
         self._metrics = metrics
         self._clock = clock
         self._store = store
-        self._inbox: deque[SpanBatch] = deque()
+        self._inbox: deque[SpanBatch | _Arrivals] = deque()
+        self._inbox_rows = 0  # rows of the batches in the inbox kept whole
         self._pending: dict[str, _Pending] = {}
         self._held: dict[int, _HeldBatch] = {}
+        self._held_spans = 0
+        # Complete traces waiting for their turn (a burst leaves more than a round maps).
+        self._ready_queue: deque[tuple[str, str, _Pending]] = deque()
         self._next_batch = 0
         self._assembled: OrderedDict[str, int] = OrderedDict()  # trace id -> assembly count
         self._assembled_cap = max(100_000, 2 * config.max_traces)
@@ -124,11 +158,21 @@ class TraceAssembler:
     def on_commit(self, batch: SpanBatch) -> None:
         """Writer listener: hand over a committed batch (cheap; the work happens on our thread).
 
+        When the batches waiting for our thread already hold `max_held_spans` rows (our thread is
+        behind, e.g. starved of CPU by a burst), only the batch's trace ids are kept: its rows are
+        read back from the store at assembly, so a burst costs disk, not memory.
+
         No wake-up: nothing can be assembled before decision_wait anyway, and a round per
         `poll_interval` makes fewer, larger mapping jobs and store transactions than one per commit."""
-        if batch.spans.num_rows or batch.events.num_rows:  # events alone: from /v1/logs
-            with self._cond:
-                self._inbox.append(batch)
+        rows = batch.spans.num_rows + batch.events.num_rows
+        if not rows:
+            return
+        keep = self._inbox_rows + rows <= self._config.max_held_spans
+        item: SpanBatch | _Arrivals = batch if keep else _arrivals(batch, keep=False)
+        with self._cond:
+            self._inbox.append(item)
+            if keep:
+                self._inbox_rows += rows
 
     def refresh_cases(self) -> None:
         """Golden cases changed (`datasets load`): re-read them before the next assembly."""
@@ -149,7 +193,14 @@ class TraceAssembler:
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        """Traces not assembled yet: waiting to be complete, ready, or being mapped."""
+        mapping = sum(len(prepared.counts) for prepared, _ in self._in_flight)
+        return len(self._pending) + len(self._ready_queue) + mapping
+
+    def accepting(self) -> bool:
+        """False when `max_backlog` traces wait for assembly: the span writer then refuses exports
+        with a retryable status, so a burst beyond what assembly can absorb is pushed back."""
+        return len(self._pending) + len(self._ready_queue) < self._config.max_backlog
 
     # ------------------------------------------------------------------ the loop
 
@@ -161,12 +212,13 @@ class TraceAssembler:
             log.exception("trace recovery failed; the traces are retried on the next start")
         while True:
             with self._cond:
-                if not self._stopping:
+                if not self._stopping and not self._ready_queue:
                     self._cond.wait(self._config.poll_interval)
                 if self._stopping:
                     break
                 batches = list(self._inbox)
                 self._inbox.clear()
+                self._inbox_rows = 0
             try:
                 self.run_round(batches)
             except Exception:
@@ -178,24 +230,25 @@ class TraceAssembler:
             self._metrics.assembly_errors.inc()
             log.exception("trace assembly failed at stop; its traces are retried on the next start")
 
-    def run_round(self, batches: list[SpanBatch]) -> int:
-        """Take in committed batches, then assemble every trace that is ready. Returns how many."""
+    def run_round(self, batches: Sequence[SpanBatch | _Arrivals]) -> int:
+        """Take in committed batches, find the traces that are ready, and assemble the oldest of
+        them, at most `_round_chunks` chunks per round (the rest wait in the ready queue, so a
+        round stays short and new batches are taken in often). Returns how many were started."""
         now = self._clock()
         for batch in batches:
-            self._hold(batch, now)
-        ready = self._ready(now)
-        self._metrics.traces_in_flight.set(len(self._pending))  # `_ready` took the ready ones out
-        if ready:
-            self._assemble(ready)
-        else:
-            self._finish_all()  # nothing new to overlap with: write what the worker has mapped
-        return len(ready)
+            self._hold(batch if isinstance(batch, _Arrivals) else _arrivals(batch, keep=True), now)
+        self._ready_queue.extend(self._ready(now))
+        started = self._assemble_some()
+        self._metrics.traces_in_flight.set(self.in_flight)
+        return started
 
     def assemble_stored(self) -> int:
         """Assemble, from the store, every trace with spans not yet assembled (run on the caller's
         thread; used at start-up and by `replay --db`). Returns how many traces were assembled."""
         before = len(self._assembled)
         self._recover()
+        while self._ready_queue:
+            self._assemble_some()
         self._finish_all()
         return len(self._assembled) - before
 
@@ -204,24 +257,23 @@ class TraceAssembler:
         self._may_have_older = self._store.has_traces()
         if pending:
             log.info("assembling %d trace(s) stored but not assembled before the last stop", len(pending))
-        self._assemble([(trace_id, "recovery", _Pending(0, 0, from_store=True)) for trace_id in pending])
+        self._ready_queue.extend(
+            (trace_id, "recovery", _Pending(0, 0, from_store=True)) for trace_id in pending
+        )
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _hold(self, batch: SpanBatch, now: float) -> None:
-        spans = batch.spans.select([*SPAN_COLUMNS, "received_at"])
+    def _hold(self, arrivals: _Arrivals, now: float) -> None:
+        """Note a batch's traces as arrivals, and keep its rows in memory for their assembly,
+        unless they were not kept or `max_held_spans` are held already: then they are read back
+        from the store."""
+        batch = arrivals.batch
+        spans = None if batch is None else batch.spans.select([*SPAN_COLUMNS, "received_at"])
+        spill = spans is None or self._held_spans + spans.num_rows > self._config.max_held_spans
         batch_id = self._next_batch
         self._next_batch += 1
-        trace_ids = spans["trace_id"].to_pylist()
-        roots = pc.is_null(spans["parent_span_id"]).to_pylist()
-        if batch.events.num_rows:
-            # Events from /v1/logs come without their spans (a group commit may mix them with other
-            # exports' spans): their traces count as arrivals too, never as roots.
-            event_traces = pc.unique(batch.events["trace_id"]).to_pylist()
-            trace_ids += event_traces
-            roots += [False] * len(event_traces)
         touched: set[str] = set()
-        for trace_id, is_root in zip(trace_ids, roots, strict=True):
+        for trace_id, is_root in zip(arrivals.trace_ids, arrivals.roots, strict=True):
             pending = self._pending.get(trace_id)
             if pending is None:
                 # Seen before: read it all from the store. Assembled before (count > 0): its root
@@ -232,9 +284,15 @@ class TraceAssembler:
             pending.last_seen = now
             pending.root_seen = pending.root_seen or bool(is_root)
             touched.add(trace_id)
+        if spill or spans is None or batch is None:
+            for trace_id in touched:
+                self._pending[trace_id].spilled = True
+            self._metrics.assembly_spilled_spans.inc(arrivals.spans)
+            return
         for trace_id in touched:
-            self._pending[trace_id].batches.add(batch_id)
+            self._pending[trace_id].batches.append(batch_id)
         self._held[batch_id] = _HeldBatch(spans, batch.events, len(touched))
+        self._held_spans += spans.num_rows
 
     def _ready(self, now: float) -> list[tuple[str, str, _Pending]]:
         cfg = self._config
@@ -282,19 +340,31 @@ class TraceAssembler:
             held.waiting -= 1
             if held.waiting <= 0:
                 del self._held[batch_id]
+                self._held_spans -= held.spans.num_rows
 
     # ------------------------------------------------------------------ assembly
 
-    def _assemble(self, ready: list[tuple[str, str, _Pending]]) -> None:
-        """Map and write these traces, a chunk at a time. With a worker process, chunk k+1 is
-        mapped while chunk k is written, and the last chunk's write waits for the next round."""
+    def _assemble_some(self) -> int:
+        """Map and write the oldest ready traces, a chunk at a time, `_round_chunks` chunks at most.
+        With a worker process, chunk k+1 is mapped while chunk k is written, and the last chunk's
+        write waits for the next round. Returns how many traces were started."""
         self._finish_done()
-        for start in range(0, len(ready), ROUND_TRACES):
-            prepared = self._prepare(ready[start : start + ROUND_TRACES])
+        if not self._ready_queue:
+            self._finish_all()  # nothing new to overlap with: write what the worker has mapped
+            return 0
+        started = 0
+        overlap = self._config.workers if self._pool is not None else 0
+        for _ in range(overlap + 1):
+            if not self._ready_queue:
+                break
+            chunk = [self._ready_queue.popleft() for _ in range(min(ROUND_TRACES, len(self._ready_queue)))]
+            started += len(chunk)
+            prepared = self._prepare(chunk)
             if prepared is not None:
                 self._in_flight.append((prepared, self._submit(prepared.job)))
-            while len(self._in_flight) > (self._config.workers if self._pool is not None else 0):
+            while len(self._in_flight) > overlap:
                 self._finish(*self._in_flight.popleft())
+        return started
 
     def _finish_done(self) -> None:
         while self._in_flight and self._in_flight[0][1].done():
@@ -318,7 +388,7 @@ class TraceAssembler:
                     self._assembled[trace_id] = earlier[trace_id]
         from_store = [t for t, _, p in ready if p.from_store]
         stored_counts = self._store.assembly_counts(from_store) if from_store else {}
-        spans, events = self._gather(ready, from_store)
+        spans, events = self._gather(ready, [t for t, _, p in ready if p.read_back])
         for _, _, pending in ready:
             self._release(pending)
         if spans is None:
@@ -390,10 +460,10 @@ class TraceAssembler:
         self, ready: list[tuple[str, str, _Pending]], from_store: list[str]
     ) -> tuple[pa.Table | None, pa.Table | None]:
         """The span and event rows of these traces: held batches for new traces, the store for
-        the others."""
+        the others (`from_store`)."""
         in_memory: dict[int, list[str]] = {}
         for trace_id, _, pending in ready:
-            if not pending.from_store:
+            if not pending.read_back:
                 for batch_id in pending.batches:
                     in_memory.setdefault(batch_id, []).append(trace_id)
         span_parts, event_parts = [], []

@@ -12,7 +12,14 @@ from collector.config_base import Section
 class AssemblerConfig(Section):
     decision_wait: float = Field(5.0, gt=0)
     max_wait: float = Field(60.0, gt=0)
+    # Traces waiting to be complete; past it, the oldest are assembled early (reason `pressure`).
     max_traces: int = Field(50_000, gt=0)
+    # Spans kept in memory for traces waiting for assembly; the spans of later batches are read
+    # back from the store when their traces are assembled, so a burst costs disk, not memory.
+    max_held_spans: int = Field(50_000, gt=0)
+    # Traces waiting for assembly (incomplete or ready); past it, exports are refused with a
+    # retryable status until assembly catches up.
+    max_backlog: int = Field(500_000, gt=0)
     poll_interval: float = Field(0.25, gt=0, le=10)
     # Processes that map traces beside the service (0: map in the assembler thread). Mapping is
     # pure Python; in its own processes it does not compete with the receivers for the GIL.

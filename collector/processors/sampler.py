@@ -90,7 +90,8 @@ def matches(facts: TraceFacts, rule: SamplingRule) -> bool:
     match = rule.match
     if match.service is not None and facts.service_name != match.service:
         return False
-    if match.status is not None and _status(facts.status) != match.status:
+    # A trace is `error` or `ok`; a rule's `unset` (no span set a status) is a trace that is not `error`.
+    if match.status is not None and _status(facts.status) != _status(match.status):
         return False
     if match.min_duration_ms is not None and (facts.duration_ms or 0.0) < match.min_duration_ms:
         return False

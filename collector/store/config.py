@@ -19,5 +19,7 @@ class StoreConfig(Section):
     max_commit_spans: int = Field(50_000, gt=0)
     # DuckDB folds the write-ahead log into the file once it grows past this many MiB.
     checkpoint_threshold_mb: int = Field(256, gt=0)
-    memory_limit: str | None = None
+    # DuckDB's memory (its buffer pool caches table blocks and would grow toward 80 % of the
+    # machine's RAM); queries that need more spill to disk. null: DuckDB's own default.
+    memory_limit: str | None = "128MB"
     threads: int | None = Field(None, gt=0)

@@ -56,11 +56,17 @@ class SpanWriter:
         self._cond = threading.Condition()
         self._stopping = False
         self._listeners: list[CommitListener] = []
+        self._gates: list[Callable[[], bool]] = []
         self._thread = threading.Thread(target=self._run, name="ragpulse-writer", daemon=True)
 
     def add_listener(self, listener: CommitListener) -> None:
         """Call `listener(batch)` on the writer thread after each commit (assembler, forwarder)."""
         self._listeners.append(listener)
+
+    def add_gate(self, accepting: Callable[[], bool]) -> None:
+        """Refuse exports (`Overloaded`) while `accepting()` is False: a consumer that is behind
+        (the assembler) pushes back on ingestion instead of growing without bound."""
+        self._gates.append(accepting)
 
     def start(self) -> None:
         self._thread.start()
@@ -76,6 +82,9 @@ class SpanWriter:
         with self._cond:
             if self._stopping:
                 raise Stopped("ragpulse is shutting down")
+            if not all(accepting() for accepting in self._gates):
+                self._metrics.exports_throttled.inc()
+                raise Overloaded("trace assembly is behind; retry later")
             if self._queued_spans and self._queued_spans + size > self._max_queue_spans:
                 self._metrics.exports_throttled.inc()
                 raise Overloaded(

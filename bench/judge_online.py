@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Online judge benchmark: judge-scored traces per second and the time from trace completion to
+judge scores stored, with a judge that takes its time.
+
+Starts `ragpulse serve` (a subprocess, on a fresh DuckDB file) with one judge evaluator
+(`faithfulness`) at `sampling.judge_rate: 1.0`, against a local OpenAI-protocol server that
+answers every verdict after `--latency` seconds (tests/openai_stub.py, as a model would), and
+sends `--traces` traces of bench/load_generator.py. Then it reads from the store:
+
+- judge-scored traces per second: traces / (last judge result stored - first stored);
+- completion to scores stored: p50 / p95 of `scored_at - last_received_at` over the judged
+  traces (this includes `assembler.decision_wait`, given on the command line);
+- the judge calls the server answered, and how many it had in flight at most.
+
+The ceiling is `judge.max_concurrency / latency` calls per second (16 / 0.3 s = 53 a second).
+
+    .venv/bin/python bench/judge_online.py                          # 2,000 traces, 0.3 s, 16 at once
+    .venv/bin/python bench/judge_online.py --latency 1.0 --concurrency 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+from load_generator import build, send_all
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.helpers import free_port  # noqa: E402
+from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--traces", type=int, default=2_000)
+    parser.add_argument("--latency", type=float, default=0.3, help="seconds the judge takes per verdict")
+    parser.add_argument("--concurrency", type=int, default=16, help="judge.max_concurrency")
+    parser.add_argument("--decision-wait", type=float, default=1.0)
+    args = parser.parse_args()
+
+    def answer(request: RecordedRequest) -> ChatReply:
+        messages = request.json["messages"]
+        verdict = passing_verdict(messages[0]["content"], messages[-1]["content"])
+        return ChatReply(
+            content=json.dumps(verdict), delay=args.latency, prompt_tokens=400, completion_tokens=60
+        )
+
+    with OpenAIStub(responder=answer) as judge, tempfile.TemporaryDirectory(prefix="ragpulse-judge-") as tmp:
+        config = Path(tmp) / "ragpulse.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "judge": {
+                        "base_url": judge.base_url,
+                        "model": "bench-judge",
+                        "api_key": "bench",
+                        "max_concurrency": args.concurrency,
+                        "cache_size": 0,
+                    },
+                    "sampling": {"judge_rate": 1.0, "budget": {"judge_calls_per_minute": None}},
+                    "scoring": {"judge_queue": 4 * args.concurrency, "judge_poll_interval": 0.1},
+                    "assembler": {"decision_wait": args.decision_wait},
+                    "evaluators": [{"name": "retrieval.recall@5"}, {"name": "faithfulness"}],
+                }
+            )
+        )
+        grpc_port, http_port = free_port(), free_port()
+        url = f"http://127.0.0.1:{http_port}"
+        command = [str(ROOT / ".venv/bin/ragpulse"), "serve", "--config", str(config)]
+        command += ["--db", str(Path(tmp) / "bench.duckdb"), "--grpc-port", str(grpc_port)]
+        command += ["--http-port", str(http_port)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
+        with (Path(tmp) / "serve.log").open("wb") as log:
+            server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=env)
+        try:
+            wait(lambda: _healthy(url), 30, "the server to start")
+            requests = [build(100, i) for i in range(max(1, args.traces // 100))]
+            traces = len(requests) * 100
+            send_all(f"127.0.0.1:{grpc_port}", requests, 4)
+            wait(lambda: _judged(url) >= traces, 600, f"{traces} judged traces")
+            stats = _query(
+                url,
+                "SELECT count(*) AS n, epoch(max(scored_at) - min(scored_at)) AS span_s, "
+                "quantile_cont(epoch(scored_at - last_received_at), 0.5) AS p50, "
+                "quantile_cont(epoch(scored_at - last_received_at), 0.95) AS p95 "
+                "FROM traces WHERE judge_status = 'done'",
+            )[0]
+            errors = _query(
+                url, "SELECT count(*) AS n FROM scores WHERE evaluator = 'judge' AND status = 'error'"
+            )
+        finally:
+            server.terminate()
+            server.wait(60)
+        calls = len([r for r in judge.chat_requests if "health check" not in json.dumps(r.json)])
+        print(
+            f"{stats['n']} traces judged ({calls} judge calls, at most {judge.max_in_flight} in flight, "
+            f"{errors[0]['n']} error scores): {stats['n'] / stats['span_s']:.1f} judge-scored traces/s; "
+            f"completion to judge scores stored p50 {stats['p50']:.2f} s, p95 {stats['p95']:.2f} s "
+            f"(latency {args.latency} s, max_concurrency {args.concurrency}, "
+            f"decision_wait {args.decision_wait} s; ceiling {args.concurrency / args.latency:.1f}/s)"
+        )
+
+
+def wait(check: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _query(url: str, sql: str) -> list[dict[str, object]]:
+    response = httpx.post(f"{url}/api/sql", json={"query": sql}, timeout=60)
+    response.raise_for_status()
+    rows: list[dict[str, object]] = response.json()
+    return rows
+
+
+def _judged(url: str) -> int:
+    return int(_query(url, "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'")[0]["n"])  # type: ignore[call-overload]
+
+
+if __name__ == "__main__":
+    main()
