@@ -5,6 +5,7 @@ fresh DuckDB file and handed to the assembler as the span writer would.
 
     .venv/bin/python bench/assembly.py                   # 20k traces, worker process
     .venv/bin/python bench/assembly.py --workers 0       # map in the assembler thread
+    .venv/bin/python bench/assembly.py --scoring         # and score: the default deterministic set
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from load_generator import build
 
 from collector.otlp.batch import decode_request
 from collector.processors.assembler import TraceAssembler
-from collector.processors.config import AssemblerConfig
+from collector.processors.config import AssemblerConfig, SamplingConfig
+from collector.processors.scoring import ScoringSetup
 from collector.store.duckdb_store import DuckDBStore
 from collector.telemetry import Metrics
 
@@ -28,7 +30,9 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=100, help="traces per batch (4 spans each)")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--scoring", action="store_true", help="score too (the default evaluators)")
     args = parser.parse_args()
+    scoring = ScoringSetup.from_entries(None, SamplingConfig(), False, False) if args.scoring else None
 
     batches = [decode_request(build(args.batch, i)) for i in range(args.traces // args.batch)]
     with tempfile.TemporaryDirectory() as workdir:
@@ -37,7 +41,7 @@ def main() -> None:
             store.append_spans(batch.spans, batch.events)
         metrics = Metrics()
         config = AssemblerConfig(decision_wait=0.01, poll_interval=0.01, workers=args.workers)
-        assembler = TraceAssembler(store, config, metrics)
+        assembler = TraceAssembler(store, config, metrics, scoring=scoring)
         # Warm the worker process up (spawn and imports) before the clock starts.
         assembler.run_round([])
         time.sleep(0.05)
@@ -55,7 +59,7 @@ def main() -> None:
     n = count[0] if count else 0
     print(
         f"assembled {n} traces ({n * 4} spans) in {elapsed:.2f} s: {n / elapsed:.0f} traces/s, "
-        f"{n * 4 / elapsed:.0f} spans/s (workers={args.workers})"
+        f"{n * 4 / elapsed:.0f} spans/s (workers={args.workers}, scoring={args.scoring})"
     )
 
 

@@ -29,6 +29,7 @@ from collector.otlp.batch import concat_batches, decode_request
 from collector.otlp.json_request import UndecodableBody, parse_json_request
 from collector.pipeline import IngestPipeline
 from collector.processors.assembler import TraceAssembler
+from collector.processors.scoring import ScoringSetup
 from collector.store import open_store
 from collector.store.span_records import records_by_trace, span_records
 from collector.store.writer import SpanWriter
@@ -216,7 +217,9 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
                     report.note(f"{captured.where}: {outcome.message}")
         writer.stop()
         if config.assembler.enabled:
-            assembler = TraceAssembler(store, config.assembler, metrics)
+            # Scored like the service would; judge-sampled traces stay pending for `serve` to judge.
+            scoring = ScoringSetup.of_config(config)
+            assembler = TraceAssembler(store, config.assembler, metrics, scoring=scoring)
             try:
                 report.traces = assembler.assemble_stored()
             finally:

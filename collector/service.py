@@ -160,11 +160,13 @@ class Service:
         cfg = self.config
         if not cfg.scoring.enabled:
             return None
+        setup = ScoringSetup.of_config(cfg)
         judge_configured = bool(cfg.judge.model)
         export_events = bool(cfg.exporters.otlp.endpoint)
         entries = cfg.evaluator_entries()
-        setup = ScoringSetup.from_entries(entries, cfg.sampling, judge_configured, export_events)
-        judged = [e for e in (entries or DEFAULT_ENTRIES) if uses_judge(e, judge_configured)]
+        judged = [
+            e for e in (DEFAULT_ENTRIES if entries is None else entries) if uses_judge(e, judge_configured)
+        ]
         if judged:
             from evaluators.judge.build import open_judge
 

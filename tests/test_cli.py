@@ -243,6 +243,18 @@ def test_replay_each_format_into_db(tmp_path):
         run = pending.result()
         assert run.code == 0, (kind, run)
         assert run.json() == cases[kind][2], kind
+    # Replayed traces are sampled (and scored) as the service would.
+    db = cases["jsonl"][0]
+    decided = ragpulse(
+        "sql",
+        "SELECT DISTINCT sample_decision, sample_reason FROM traces",
+        "--db",
+        str(db),
+        "--format",
+        "json",
+        cwd=db.parent,
+    )
+    assert decided.json() == [{"sample_decision": "skip", "sample_reason": "not_applicable"}]
 
 
 def test_replay_partial_rejection_and_output_formats(tmp_path):

@@ -498,3 +498,47 @@ def test_sigkill_while_judge_calls_are_in_flight_scores_every_trace_once_after_r
         {"name": "faithfulness", "n": len(traces)},
         {"name": "retrieval.recall@5", "n": len(traces)},
     ]
+
+
+def test_replay_into_a_file_scores_the_traces_as_the_service_would(tmp_path: Path) -> None:
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    from tests.helpers import file_rows, key_values, run_ragpulse, trace_request
+
+    trace_id, now = bytes.fromhex("ab" * 16), 1_700_000_000_000_000_000
+    documents = json.dumps([{"id": "returns-policy", "score": 0.9, "content": POLICY}])
+
+    def span(number: int, parent: int | None, name: str, attributes: dict[str, Any]) -> Span:
+        return Span(
+            trace_id=trace_id,
+            span_id=number.to_bytes(8, "big"),
+            parent_span_id=parent.to_bytes(8, "big") if parent else b"",
+            name=name,
+            start_time_unix_nano=now + number * 1_000_000,
+            end_time_unix_nano=now + 50_000_000,
+            attributes=key_values(attributes),
+        )
+
+    spans = [
+        span(1, None, "rag.request", {"rag.question": QUESTION, "rag.answer": ANSWER, "rag.step": "chain"}),
+        span(
+            2,
+            1,
+            "retrieval kb",
+            {
+                "gen_ai.operation.name": "retrieval",
+                "gen_ai.retrieval.query.text": QUESTION,
+                "gen_ai.retrieval.documents": documents,
+            },
+        ),
+        span(3, 1, "chat m", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}),
+    ]
+    capture = tmp_path / "capture.pb"
+    capture.write_bytes(trace_request(spans, "shop-bot", "app").SerializeToString())
+    db = tmp_path / "replayed.duckdb"
+    done = run_ragpulse("replay", str(capture), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    traces = file_rows(db, "SELECT sample_decision, sample_reason FROM traces")
+    names = {row["name"] for row in file_rows(db, "SELECT name FROM scores")}
+    assert traces == [{"sample_decision": "deterministic", "sample_reason": "sampled"}]
+    assert names == DETERMINISTIC

@@ -20,7 +20,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
@@ -34,6 +34,9 @@ from evaluators.registry import build_evaluators, uses_judge
 from evaluators.scores import Score
 from evaluators.text import Evaluator
 from semconv import RagTrace, SpanRecord
+
+if TYPE_CHECKING:
+    from collector.config import Config
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 # Claims and documents behind a score travel with its event, cut to keep events small.
@@ -70,6 +73,18 @@ class ScoringSetup:
         deterministic = [dict(e) for e in listed if not uses_judge(e, judge_configured)]
         judged = any(uses_judge(e, judge_configured) for e in listed)
         return cls(sampling, deterministic, judged, export_events)
+
+    @classmethod
+    def of_config(cls, config: Config) -> ScoringSetup | None:
+        """The setup a configuration asks for (None when `scoring.enabled` is false)."""
+        if not config.scoring.enabled:
+            return None
+        return cls.from_entries(
+            config.evaluator_entries(),
+            config.sampling,
+            judge_configured=bool(config.judge.model),
+            export_events=bool(config.exporters.otlp.endpoint),
+        )
 
     def build(self) -> list[Evaluator]:
         return build_evaluators(self.deterministic_entries or [])
