@@ -49,6 +49,36 @@ def peak_rss_mib(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class MemorySampler(threading.Thread):
+    """Samples the RSS of the service plus its mapping workers every 0.1 s: the peak of the sum,
+    which the sum of each process's own peak (`VmHWM`) only bounds from above."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peak_mib = 0.0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.1):
+            try:
+                total = sum(rss_mib(p) for p in [self.pid, *children(self.pid)])
+            except OSError:  # a process ended between listing and reading
+                continue
+            self.peak_mib = max(self.peak_mib, total)
+
+
+def rss_mib(pid: int) -> float:
+    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(match.group(1)) / 1024 if match else 0.0
+
+
 def children(pid: int) -> list[int]:
     """The processes `pid` started, from any of its threads (the mapping workers)."""
     found = []
@@ -272,6 +302,8 @@ def main() -> None:
         )
         watcher = PersistWatcher(url, expected)
         watcher.start()
+        memory = MemorySampler(proc.pid)
+        memory.start()
         if args.rate:
             requests = [build(args.batch, i) for i in range(batches)]
             _, wall = timed_exports(
@@ -305,6 +337,10 @@ def main() -> None:
         print(watcher.report())
         if not args.no_assembly:
             report_assembly(url, args.traces, watcher, args.decision_wait)
+        memory.stopped.set()
+        worker_cpu = sum(cpu_seconds(child) for child in children(proc.pid))
+        server_cpu = cpu_seconds(proc.pid)
+        print(f"CPU used so far: ragpulse serve {server_cpu:.1f} s, mapping workers {worker_cpu:.1f} s")
 
         # Latency pass: the same kind of requests from an instrumented client (new trace ids).
         n = max(args.concurrency * 25, min(batches, 250))
@@ -324,7 +360,8 @@ def main() -> None:
         workers = sum(peak_rss_mib(child) for child in children(proc.pid))
         print(
             f"peak RSS of ragpulse serve: {server:.0f} MiB; with its mapping workers' peaks: "
-            f"{server + workers:.0f} MiB"
+            f"{server + workers:.0f} MiB; peak of their sum until every trace was assembled (sampled "
+            f"every 0.1 s): {memory.peak_mib:.0f} MiB"
         )
     finally:
         proc.terminate()

@@ -16,6 +16,7 @@ The ceiling is `judge.max_concurrency / latency` calls per second (16 / 0.3 s = 
 
     .venv/bin/python bench/judge_online.py                          # 2,000 traces, 0.3 s, 16 at once
     .venv/bin/python bench/judge_online.py --latency 1.0 --concurrency 32
+    .venv/bin/python bench/judge_online.py --rate 40                # paced below the ceiling
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -46,6 +48,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.3, help="seconds the judge takes per verdict")
     parser.add_argument("--concurrency", type=int, default=16, help="judge.max_concurrency")
     parser.add_argument("--decision-wait", type=float, default=1.0)
+    parser.add_argument(
+        "--rate", type=float, default=0, help="offer this many traces/s (10 per Export) instead of a burst"
+    )
     args = parser.parse_args()
 
     def answer(request: RecordedRequest) -> ChatReply:
@@ -84,9 +89,13 @@ def main() -> None:
             server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=env)
         try:
             wait(lambda: _healthy(url), 30, "the server to start")
-            requests = [build(100, i) for i in range(max(1, args.traces // 100))]
-            traces = len(requests) * 100
-            send_all(f"127.0.0.1:{grpc_port}", requests, 4)
+            per_export = 10 if args.rate else 100
+            requests = [build(per_export, i) for i in range(max(1, args.traces // per_export))]
+            traces = len(requests) * per_export
+            if args.rate:
+                send_paced(f"127.0.0.1:{grpc_port}", requests, per_export / args.rate)
+            else:
+                send_all(f"127.0.0.1:{grpc_port}", requests, 4)
             wait(lambda: _judged(url) >= traces, 600, f"{traces} judged traces")
             stats = _query(
                 url,
@@ -98,17 +107,30 @@ def main() -> None:
             errors = _query(
                 url, "SELECT count(*) AS n FROM scores WHERE evaluator = 'judge' AND status = 'error'"
             )
+            evaluation_s = _mean_judge_seconds(url)
         finally:
             server.terminate()
             server.wait(60)
         calls = len([r for r in judge.chat_requests if "health check" not in json.dumps(r.json)])
+        offered = f"offered {args.rate:.0f} traces/s; " if args.rate else "burst; "
         print(
-            f"{stats['n']} traces judged ({calls} judge calls, at most {judge.max_in_flight} in flight, "
+            f"{offered}{stats['n']} traces judged ({calls} judge calls, "
+            f"at most {judge.max_in_flight} in flight, "
             f"{errors[0]['n']} error scores): {stats['n'] / stats['span_s']:.1f} judge-scored traces/s; "
             f"completion to judge scores stored p50 {stats['p50']:.2f} s, p95 {stats['p95']:.2f} s "
             f"(latency {args.latency} s, max_concurrency {args.concurrency}, "
-            f"decision_wait {args.decision_wait} s; ceiling {args.concurrency / args.latency:.1f}/s)"
+            f"decision_wait {args.decision_wait} s; ceiling {args.concurrency / args.latency:.1f}/s); "
+            f"one judge evaluation took {evaluation_s * 1000:.0f} ms on average as the service timed it, "
+            f"so {args.concurrency / evaluation_s:.1f}/s at most with {args.concurrency} at once"
         )
+
+
+def send_paced(target: str, requests: list[Any], interval: float) -> None:
+    """Export one request every `interval` seconds (each waits for the previous answer)."""
+    started = time.monotonic()
+    for i, request in enumerate(requests):
+        time.sleep(max(0.0, started + i * interval - time.monotonic()))
+        send_all(target, [request], 1)
 
 
 def wait(check: object, timeout: float, what: str) -> None:
@@ -132,6 +154,17 @@ def _query(url: str, sql: str) -> list[dict[str, object]]:
     response.raise_for_status()
     rows: list[dict[str, object]] = response.json()
     return rows
+
+
+def _mean_judge_seconds(url: str) -> float:
+    """Mean of `ragpulse_judge_seconds` (one judge evaluation: its call, retries and waits)."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("ragpulse_judge_seconds_sum", "ragpulse_judge_seconds_count"):
+            values[name] = float(value)
+    return values["ragpulse_judge_seconds_sum"] / values["ragpulse_judge_seconds_count"]
 
 
 def _judged(url: str) -> int:

@@ -410,3 +410,23 @@ def step_kinds(trace: RagTrace) -> list[str]:
 def rag_step_kinds(trace: RagTrace) -> list[str]:
     """`step_kinds` without the steps that are not RAG steps (chains, tools, ...)."""
     return [k for k in step_kinds(trace) if k in RAG_STEP_KINDS]
+
+
+# The scores of the default evaluator list with no judge (one per entry of DEFAULT_ENTRIES).
+DEFAULT_SCORE_NAMES = frozenset(
+    {
+        "retrieval.hit@5",
+        "retrieval.recall@5",
+        "retrieval.mrr@5",
+        "retrieval.ndcg@5",
+        "retrieval.map@5",
+        "faithfulness",
+        "context_recall",
+        "context_entity_recall",
+        "citation",
+        "context_precision",
+        "context_relevance",
+        "answer_correctness",
+        "answer_relevance",
+    }
+)

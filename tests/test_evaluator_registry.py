@@ -6,6 +6,7 @@ import pytest
 
 from evaluators.registry import DEFAULT_ENTRIES, build_evaluator, build_evaluators, known_names
 from semconv import Document, RagTrace, Step
+from tests.helpers import DEFAULT_SCORE_NAMES
 
 TRACE = RagTrace(
     trace_id="t1",
@@ -34,21 +35,7 @@ def test_default_set_is_every_deterministic_evaluator_and_scores_a_trace() -> No
     evaluators = build_evaluators(None)
     assert len(evaluators) == len(DEFAULT_ENTRIES) == 13
     scores = {score.name: score for score in (evaluate(TRACE) for evaluate in evaluators)}
-    assert set(scores) == {
-        "retrieval.hit@5",
-        "retrieval.recall@5",
-        "retrieval.mrr@5",
-        "retrieval.ndcg@5",
-        "retrieval.map@5",
-        "faithfulness",
-        "context_recall",
-        "context_entity_recall",
-        "citation",
-        "context_precision",
-        "context_relevance",
-        "answer_correctness",
-        "answer_relevance",
-    }
+    assert set(scores) == DEFAULT_SCORE_NAMES
     assert (scores["retrieval.recall@5"].value, scores["retrieval.recall@5"].status) == (0.5, "fail")
     assert (scores["retrieval.hit@5"].value, scores["retrieval.hit@5"].status) == (1.0, "pass")
     assert (scores["citation"].value, scores["citation"].status) == (1.0, "pass")

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from collector.service import BackgroundService, Service
 from semconv import emit
 from tests.helpers import (
+    DEFAULT_SCORE_NAMES,
     ServeProcess,
     fast_assembler,
     make_config,
@@ -31,21 +32,7 @@ POLICY = "Items can be returned within 30 days of delivery for a full refund."
 SHIPPING = "Standard shipping takes 3 to 5 business days."
 QUESTION = "How long do I have to return an item?"
 ANSWER = "Items can be returned within 30 days of delivery for a full refund."
-DETERMINISTIC = {
-    "retrieval.hit@5",
-    "retrieval.recall@5",
-    "retrieval.mrr@5",
-    "retrieval.ndcg@5",
-    "retrieval.map@5",
-    "faithfulness",
-    "context_recall",
-    "context_entity_recall",
-    "citation",
-    "context_precision",
-    "context_relevance",
-    "answer_correctness",
-    "answer_relevance",
-}
+DETERMINISTIC = DEFAULT_SCORE_NAMES
 
 
 def send_trace(
