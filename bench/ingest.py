@@ -90,16 +90,21 @@ def children(pid: int) -> list[int]:
     return found
 
 
+# One client for every poll: a new httpx client per request builds an SSL context each time, which
+# cost the benchmark process half a core that the service under test should have had.
+_api = httpx.Client(timeout=60)
+
+
 def count_rows(http_url: str, table: str = "spans") -> int:
     query = {"query": f"SELECT count(*) AS n FROM {table}"}
-    response = httpx.post(f"{http_url}/api/sql", json=query, timeout=60)
+    response = _api.post(f"{http_url}/api/sql", json=query)
     response.raise_for_status()
     return int(response.json()[0]["n"])
 
 
 def metric(http_url: str, name: str) -> float:
     """One sample of a Prometheus metric (summed over labels)."""
-    text = httpx.get(f"{http_url}/metrics", timeout=10).text
+    text = _api.get(f"{http_url}/metrics").text
     values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name)]
     return sum(values)
 
