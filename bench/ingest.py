@@ -43,9 +43,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def peak_rss_mib(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"VmHWM:\s+(\d+) kB", status)
+def memory_mib(pid: int, field: str = "VmRSS") -> float:
+    """A memory figure of a process from /proc/<pid>/status (VmRSS: now; VmHWM: its peak)."""
+    match = re.search(rf"{field}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
@@ -68,15 +68,10 @@ class MemorySampler(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(0.1):
             try:
-                total = sum(rss_mib(p) for p in [self.pid, *children(self.pid)])
+                total = sum(memory_mib(p) for p in [self.pid, *children(self.pid)])
             except OSError:  # a process ended between listing and reading
                 continue
             self.peak_mib = max(self.peak_mib, total)
-
-
-def rss_mib(pid: int) -> float:
-    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
-    return int(match.group(1)) / 1024 if match else 0.0
 
 
 def children(pid: int) -> list[int]:
@@ -361,8 +356,8 @@ def main() -> None:
             f"p50 {percentile(latencies, 50) * 1000:.1f} ms, p99 {percentile(latencies, 99) * 1000:.1f} ms "
             f"({n * args.batch * 4 / wall:.0f} spans/s during this pass)"
         )
-        server = peak_rss_mib(proc.pid)
-        workers = sum(peak_rss_mib(child) for child in children(proc.pid))
+        server = memory_mib(proc.pid, "VmHWM")
+        workers = sum(memory_mib(child, "VmHWM") for child in children(proc.pid))
         print(
             f"peak RSS of ragpulse serve: {server:.0f} MiB; with its mapping workers' peaks: "
             f"{server + workers:.0f} MiB; peak of their sum until every trace was assembled (sampled "

@@ -38,7 +38,7 @@ from load_generator import build, send_all
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import free_port  # noqa: E402
+from tests.helpers import free_port, metric, sql, wait_for  # noqa: E402
 from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
 
 
@@ -88,7 +88,7 @@ def main() -> None:
         with (Path(tmp) / "serve.log").open("wb") as log:
             server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=env)
         try:
-            wait(lambda: _healthy(url), 30, "the server to start")
+            wait_for(lambda: _healthy(url), timeout=30, interval=0.2, what="the server to start")
             per_export = 10 if args.rate else 100
             requests = [build(per_export, i) for i in range(max(1, args.traces // per_export))]
             traces = len(requests) * per_export
@@ -96,18 +96,23 @@ def main() -> None:
                 send_paced(f"127.0.0.1:{grpc_port}", requests, per_export / args.rate)
             else:
                 send_all(f"127.0.0.1:{grpc_port}", requests, 4)
-            wait(lambda: _judged(url) >= traces, 600, f"{traces} judged traces")
-            stats = _query(
+            wait_for(
+                lambda: _judged(url) >= traces, timeout=600, interval=0.2, what=f"{traces} judged traces"
+            )
+            stats = sql(
                 url,
                 "SELECT count(*) AS n, epoch(max(scored_at) - min(scored_at)) AS span_s, "
                 "quantile_cont(epoch(scored_at - last_received_at), 0.5) AS p50, "
                 "quantile_cont(epoch(scored_at - last_received_at), 0.95) AS p95 "
                 "FROM traces WHERE judge_status = 'done'",
             )[0]
-            errors = _query(
+            errors = sql(
                 url, "SELECT count(*) AS n FROM scores WHERE evaluator = 'judge' AND status = 'error'"
             )
-            evaluation_s = _mean_judge_seconds(url)
+            # One judge evaluation (its call, retries and waits), as the service timed it.
+            evaluation_s = metric(url, "ragpulse_judge_seconds_sum") / metric(
+                url, "ragpulse_judge_seconds_count"
+            )
         finally:
             server.terminate()
             server.wait(60)
@@ -133,15 +138,6 @@ def send_paced(target: str, requests: list[Any], interval: float) -> None:
         send_all(target, [request], 1)
 
 
-def wait(check: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
 def _healthy(url: str) -> bool:
     try:
         return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
@@ -149,26 +145,8 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _query(url: str, sql: str) -> list[dict[str, object]]:
-    response = httpx.post(f"{url}/api/sql", json={"query": sql}, timeout=60)
-    response.raise_for_status()
-    rows: list[dict[str, object]] = response.json()
-    return rows
-
-
-def _mean_judge_seconds(url: str) -> float:
-    """Mean of `ragpulse_judge_seconds` (one judge evaluation: its call, retries and waits)."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    values = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in ("ragpulse_judge_seconds_sum", "ragpulse_judge_seconds_count"):
-            values[name] = float(value)
-    return values["ragpulse_judge_seconds_sum"] / values["ragpulse_judge_seconds_count"]
-
-
 def _judged(url: str) -> int:
-    return int(_query(url, "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'")[0]["n"])  # type: ignore[call-overload]
+    return int(sql(url, "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'")[0]["n"])
 
 
 if __name__ == "__main__":

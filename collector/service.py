@@ -34,7 +34,7 @@ from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.store import Store, open_store
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
-from evaluators.registry import DEFAULT_ENTRIES, build_evaluator, uses_judge
+from evaluators.registry import build_evaluator
 
 if TYPE_CHECKING:  # the judge client (and `openai`) loads only when a judge is configured
     from evaluators.judge.client import JudgeClient
@@ -158,21 +158,15 @@ class Service:
         the assembler's mapping job), the judge stage when a judge evaluates any entry, and the
         evaluation exporter when `exporters.otlp.endpoint` is set."""
         cfg = self.config
-        if not cfg.scoring.enabled:
-            return None
         setup = ScoringSetup.of_config(cfg)
-        judge_configured = bool(cfg.judge.model)
-        export_events = bool(cfg.exporters.otlp.endpoint)
-        entries = cfg.evaluator_entries()
-        judged = [
-            e for e in (DEFAULT_ENTRIES if entries is None else entries) if uses_judge(e, judge_configured)
-        ]
-        if judged:
+        if setup is None:
+            return None
+        if setup.judge_entries:
             from evaluators.judge.build import open_judge
 
             self._judge = open_judge(cfg.judge, check=False)
             self.judge_health = JudgeHealth(self._judge.model)
-            evaluators = [(str(e["name"]), build_evaluator(e, self._judge)) for e in judged]
+            evaluators = [(str(e["name"]), build_evaluator(e, self._judge)) for e in setup.judge_entries]
             self.judge_stage = JudgeStage(
                 store,
                 evaluators,
@@ -180,11 +174,11 @@ class Service:
                 cfg.sampling.budget,
                 cfg.judge.max_concurrency,
                 self.metrics,
-                export_events,
+                setup.export_events,
             )
             self.judge_stage.start()
             threading.Thread(target=self._check_judge, name="ragpulse-judge-check", daemon=True).start()
-        if export_events:
+        if setup.export_events:
             self.evaluation_exporter = EvaluationExporter(store, cfg.exporters, self.metrics)
             self.evaluation_exporter.start()
         return setup

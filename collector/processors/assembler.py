@@ -63,12 +63,11 @@ class _Pending:
     batches: list[int] = field(default_factory=list)
     from_store: bool = False  # late span or recovery: read every span of the trace from the store
     spilled: bool = False  # some of its spans were not held in memory: read them from the store
+    checked: bool = False  # the store was asked whether this root-less trace was assembled before
 
     @property
     def read_back(self) -> bool:
         return self.from_store or self.spilled
-
-    checked: bool = False  # the store was asked whether this root-less trace was assembled before
 
 
 @dataclass(slots=True)
@@ -269,7 +268,6 @@ class TraceAssembler:
         from the store."""
         batch = arrivals.batch
         spans = None if batch is None else batch.spans.select([*SPAN_COLUMNS, "received_at"])
-        spill = spans is None or self._held_spans + spans.num_rows > self._config.max_held_spans
         batch_id = self._next_batch
         self._next_batch += 1
         touched: set[str] = set()
@@ -284,7 +282,7 @@ class TraceAssembler:
             pending.last_seen = now
             pending.root_seen = pending.root_seen or bool(is_root)
             touched.add(trace_id)
-        if spill or spans is None or batch is None:
+        if batch is None or spans is None or self._held_spans + spans.num_rows > self._config.max_held_spans:
             for trace_id in touched:
                 self._pending[trace_id].spilled = True
             self._metrics.assembly_spilled_spans.inc(arrivals.spans)

@@ -51,13 +51,17 @@ _GENERATION_NAMES = frozenset({"faithfulness", "groundedness", "hallucination", 
 @dataclass
 class ScoringSetup:
     """What the scoring stage needs, picklable for the mapping worker: the sampling config, the
-    evaluator entries run deterministically, whether any entry is left to the judge, and whether
-    evaluation events are exported over OTLP (then they also go to the outbox)."""
+    evaluator entries run deterministically and those left to the judge, and whether evaluation
+    events are exported over OTLP (then they also go to the outbox)."""
 
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    deterministic_entries: list[dict[str, Any]] | None = None
-    has_judge_evaluators: bool = False
+    deterministic_entries: list[dict[str, Any]] = field(default_factory=list)
+    judge_entries: list[dict[str, Any]] = field(default_factory=list)
     export_events: bool = False
+
+    @property
+    def has_judge_evaluators(self) -> bool:
+        return bool(self.judge_entries)
 
     @classmethod
     def from_entries(
@@ -71,7 +75,7 @@ class ScoringSetup:
 
         listed = list(DEFAULT_ENTRIES if entries is None else entries)
         deterministic = [dict(e) for e in listed if not uses_judge(e, judge_configured)]
-        judged = any(uses_judge(e, judge_configured) for e in listed)
+        judged = [dict(e) for e in listed if uses_judge(e, judge_configured)]
         return cls(sampling, deterministic, judged, export_events)
 
     @classmethod
@@ -87,7 +91,7 @@ class ScoringSetup:
         )
 
     def build(self) -> list[Evaluator]:
-        return build_evaluators(self.deterministic_entries or [])
+        return build_evaluators(self.deterministic_entries)
 
 
 @dataclass
