@@ -13,11 +13,9 @@ from starlette.routing import Route
 
 from collector.datasets import DatasetError, cases_table, parse_cases
 from collector.processors.assembler import TraceAssembler
-from collector.sql import QueryError, SqlConfig
+from collector.sql import TRUNCATED_HEADER, QueryError, SqlConfig
 from collector.store.base import Store
 from collector.telemetry import Metrics
-
-TRUNCATED_HEADER = "X-Ragpulse-Truncated"
 
 
 class _OrjsonResponse(JSONResponse):

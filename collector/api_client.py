@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import orjson
 
-from collector.api import TRUNCATED_HEADER
+from collector.sql import TRUNCATED_HEADER
 
 
 class ApiError(RuntimeError):

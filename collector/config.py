@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError
 
 from collector.config_base import Section
 from collector.exporters.config import ExportersConfig
+from collector.monitoring.config import MonitoringConfig
 from collector.processors.config import AssemblerConfig, SamplingConfig, ScoringConfig
 from collector.receivers.config import ReceiversConfig
 from collector.sql import SqlConfig
@@ -46,7 +47,7 @@ class Config(Section):
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     evaluators: list[EvaluatorEntry] | None = None
     exporters: ExportersConfig = Field(default_factory=ExportersConfig)
-    monitoring: dict[str, Any] = Field(default_factory=dict)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
 
     def evaluator_entries(self) -> list[dict[str, Any]] | None:
         """The `evaluators:` entries as the registry takes them (None: the default set)."""

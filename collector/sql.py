@@ -23,6 +23,9 @@ from pydantic import Field
 
 from collector.config_base import Section
 
+# The answer header of `POST /api/sql` that says the row limit cut the result.
+TRUNCATED_HEADER = "X-Ragpulse-Truncated"
+
 # EXPLAIN ANALYZE runs its statement, so EXPLAIN is let through only in front of a query. The prefix
 # (leading comments, EXPLAIN, ANALYZE/ANALYSE, an option list) is cut to find the explained statement.
 _EXPLAIN_PREFIX = re.compile(

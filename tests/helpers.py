@@ -14,7 +14,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -37,6 +38,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import Config
 from collector.service import server_file
+from collector.store.base import Store
+from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES
+from collector.store.trace_rows import TraceTables
 from semconv import RAG_STEP_KINDS, RagTrace, Step
 
 T = TypeVar("T")
@@ -430,3 +434,39 @@ DEFAULT_SCORE_NAMES = frozenset(
         "answer_relevance",
     }
 )
+
+
+def seed_scores(
+    store: Store,
+    buckets: Sequence[datetime],
+    names: Sequence[str],
+    values: Sequence[float | None],
+    services: Sequence[str] | str = "shop-bot",
+    statuses: Sequence[str] | None = None,
+    trace_ids: Sequence[str] | None = None,
+) -> None:
+    """Write score rows through the store's own path (so `score_aggregates` follows), column-wise:
+    one row per bucket, name and value. A status not given is `pass` for a value of at least 0.5,
+    `fail` below, `error` without a value."""
+    n = len(buckets)
+    if statuses is None:
+        statuses = ["error" if v is None else "pass" if v >= 0.5 else "fail" for v in values]
+    columns = {
+        "trace_id": list(trace_ids) if trace_ids is not None else [f"{i:032x}" for i in range(n)],
+        "span_id": ["0" * 16] * n,
+        "name": list(names),
+        "value": list(values),
+        "status": list(statuses),
+        "service_name": [services] * n if isinstance(services, str) else list(services),
+        "bucket": list(buckets),
+        "created_at": list(buckets),
+        "evaluator": ["deterministic"] * n,
+        "revision": [1] * n,
+    }
+    empty = TraceTables(
+        TRACES.arrow_schema().empty_table(),
+        STEPS.arrow_schema().empty_table(),
+        DOCUMENTS.arrow_schema().empty_table(),
+        scores=SCORES.arrow_table(columns, n),
+    )
+    store.write_traces(empty, [])

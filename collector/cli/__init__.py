@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from collector.cli.calibrate import calibrate
+from collector.cli.check import check
 from collector.cli.common import config_option
 from collector.cli.datasets import datasets
 from collector.cli.demo import demo
@@ -27,7 +28,7 @@ def main(ctx: click.Context, config_path: str | None) -> None:
     ctx.obj["config_path"] = config_path
 
 
-for command in (serve, sql, replay, datasets, demo, eval_suite, calibrate):
+for command in (serve, sql, replay, datasets, demo, eval_suite, calibrate, check):
     main.add_command(command)
 
 __all__ = ["main"]

@@ -10,13 +10,13 @@ from typing import Any, TypeVar
 
 import click
 
-from collector.api_client import ApiError
+from collector.api_client import ApiClient, ApiError
 from collector.config import Config, ConfigError, load_config
 from collector.datasets import DatasetError
 from collector.replay import ReplayError
 from collector.service import running_server_url
 from collector.sql import QueryError
-from collector.store import StoreError, StoreLocked
+from collector.store import StoreError, StoreLocked, open_store
 from evaluators.embeddings import EmbeddingError
 from evaluators.suite import SuiteError
 
@@ -98,3 +98,31 @@ def writable(config: Config) -> Iterator[None]:
         yield
     except StoreLocked:
         raise StoreError(f"{config.store.path} is held by another process; pass --server URL") from None
+
+
+# Runs one read-only query with a row limit: (rows, whether the limit cut them).
+SqlRunner = Callable[[str, int], tuple[list[dict[str, Any]], bool]]
+
+
+@contextlib.contextmanager
+def sql_runner(config: Config, url: str | None) -> Iterator[SqlRunner]:
+    """Read-only SQL through the running server at `url`, else on the database file opened
+    read-only (`config.store`), with `sql.timeout`. Both give the same rows for the same query."""
+    if url:
+        with ApiClient(url) as api:
+            yield api.query
+        return
+    try:
+        store = open_store(config.store, read_only=True)
+    except StoreLocked:
+        raise StoreError(
+            f"{config.store.path} is held by another process and no running ragpulse advertises it; "
+            "pass --server URL"
+        ) from None
+    with store:
+
+        def run(query: str, max_rows: int) -> tuple[list[dict[str, Any]], bool]:
+            result = store.query(query, max_rows, config.sql.timeout)
+            return result.records(), result.truncated
+
+        yield run

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from collector.api_client import ApiClient
-from collector.cli.common import config_option, load, user_errors
+from collector.cli.common import config_option, sql_runner, target, user_errors
 from collector.cli.output import print_records
-from collector.service import running_server_url
-from collector.store import StoreConfig, StoreError, StoreLocked, open_store
 
 
 @click.command()
@@ -40,30 +35,10 @@ def sql(
     max_rows: int | None,
 ) -> None:
     """Run one read-only SQL query: through the running server that holds the file, else on the file."""
-    config = load(ctx, config_path)
+    config, url = target(ctx, config_path, server, db)
     limit = max_rows or config.sql.max_rows
-    store_config = config.store.model_copy(update={"path": db}) if db else config.store
-    url = server or running_server_url(store_config.path)
-    if url:
-        with ApiClient(url) as api:
-            records, truncated = api.query(query, limit)
-    else:
-        records, truncated = _query_file(store_config, query, limit, config.sql.timeout)
+    with sql_runner(config, url) as run:
+        records, truncated = run(query, limit)
     print_records(records, output_format)
     if truncated:
         click.echo(f"(stopped at {limit} rows; raise --max-rows or add LIMIT)", err=True)
-
-
-def _query_file(
-    config: StoreConfig, query: str, max_rows: int, timeout: float
-) -> tuple[list[dict[str, Any]], bool]:
-    try:
-        store = open_store(config, read_only=True)
-    except StoreLocked:
-        raise StoreError(
-            f"{config.path} is held by another process and no running ragpulse advertises it; "
-            "pass --server URL"
-        ) from None
-    with store:
-        result = store.query(query, max_rows, timeout)
-    return result.records(), result.truncated

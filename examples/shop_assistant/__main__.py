@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--latency", type=float, default=1.0, help="scale of simulated latency (0: none)")
     parser.add_argument("--service-name", default="shop-assistant")
+    parser.add_argument("--service-version", default="1.0", help="the service.version resource attribute")
     parser.add_argument("--timeout", type=float, default=10.0, help="export timeout in seconds")
     args = parser.parse_args(argv)
 
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         latency=args.latency,
         service_name=args.service_name,
         timeout=args.timeout,
+        service_version=args.service_version,
     )
     for answer in report.answers:
         print(f"{answer.trace_id}  {answer.case_id or '-':<26} {answer.text[:80]}")

@@ -36,10 +36,11 @@ def run(
     latency: float = 1.0,
     service_name: str = "shop-assistant",
     timeout: float = 10.0,
+    service_version: str = "1.0",
 ) -> RunReport:
     """Answer every case (default: the bundled cases.yaml) and flush the spans before returning."""
     exporter = CountingExporter(otlp_exporter(endpoint, protocol, timeout))
-    provider = tracer_provider(exporter, service_name)
+    provider = tracer_provider(exporter, service_name, service_version)
     report = RunReport(mode, convention)
     try:
         app = ShopAssistant(

@@ -57,9 +57,11 @@ def otlp_exporter(endpoint: str, protocol: str = "grpc", timeout: float = 10.0) 
     raise ValueError(f"unknown OTLP protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
 
 
-def tracer_provider(exporter: SpanExporter, service_name: str = "shop-assistant") -> TracerProvider:
+def tracer_provider(
+    exporter: SpanExporter, service_name: str = "shop-assistant", service_version: str = "1.0"
+) -> TracerProvider:
     """A provider of its own (not the global one), batching spans to `exporter`; `shutdown()` flushes."""
-    resource = Resource.create({"service.name": service_name, "service.version": "1.0"})
+    resource = Resource.create({"service.name": service_name, "service.version": service_version})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider

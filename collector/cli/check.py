@@ -1,0 +1,257 @@
+"""`ragpulse check`: quality gates and regression detection over stored scores, for CI and deploys.
+
+Exit status: 0 every gate holds (and no regression), 1 a gate fails or a score regressed, 2 too
+little data to decide (a gate below `min_samples`, or `--regression` with nothing comparable).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import orjson
+
+from collector.cli.common import config_option, sql_runner, target, user_errors
+from collector.cli.output import print_table
+from collector.monitoring.gates import Gate, GateKind, GateReport, GateResult, Query, check_gates
+from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
+from collector.monitoring.windows import Window, parse_duration, parse_time, utc_now
+
+EXIT_PASS, EXIT_FAIL, EXIT_INSUFFICIENT = 0, 1, 2
+# Wide enough for score names and services without folding, in a terminal or a CI log.
+TABLE_WIDTH = 130
+
+
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _gates(kind: GateKind, values: tuple[str, ...]) -> list[Gate]:
+    try:
+        return [Gate.parse(kind, value) for value in values]
+    except ValueError as exc:
+        option = "--" + kind.replace("_", "-")
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+@click.command()
+@config_option
+@click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (default: store.path).")
+@click.option("--server", help="URL of a running ragpulse (its HTTP port), e.g. http://127.0.0.1:4318.")
+@click.option(
+    "--since", default="1h", show_default=True, callback=_duration, help="Window length: 90s, 15m, 1h, 7d."
+)
+@click.option("--until", "until_text", help="Window end, ISO 8601 (default: now; times are UTC).")
+@click.option("--service", help="Only this service (default: every service together).")
+@click.option(
+    "--min", "min_means", multiple=True, metavar="NAME=VALUE", help="Mean of the score at least VALUE."
+)
+@click.option(
+    "--min-pass-rate", "min_pass_rates", multiple=True, metavar="NAME=VALUE", help="Pass rate at least VALUE."
+)
+@click.option(
+    "--max-error-rate",
+    "max_error_rates",
+    multiple=True,
+    metavar="[NAME=]VALUE",
+    help="Error rate at most VALUE (of one score, or of every score together).",
+)
+@click.option(
+    "--min-samples",
+    type=click.IntRange(min=1),
+    help="Scores needed to decide (default: monitoring.min_samples).",
+)
+@click.option(
+    "--regression", is_flag=True, help="Also compare the window with a baseline, per service and score."
+)
+@click.option(
+    "--baseline",
+    "baseline_shift",
+    default="1d",
+    show_default=True,
+    callback=_duration,
+    help="Baseline: the same window this long before (1d: the previous day, 7d: the same hours last week).",
+)
+@click.option("--baseline-version", help="Baseline: the traces of this service.version (a good deploy).")
+@click.option(
+    "--version",
+    "recent_version",
+    help="With --baseline-version: compare the window's traces of this version only.",
+)
+@click.option(
+    "--min-effect",
+    type=click.FloatRange(0, 1),
+    help="Smallest drop flagged (default: monitoring.min_effect).",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="False-alarm rate of a run (default: monitoring.alpha).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout instead of tables.")
+@click.pass_context
+@user_errors
+def check(
+    ctx: click.Context,
+    config_path: str | None,
+    db: str | None,
+    server: str | None,
+    since: float,
+    until_text: str | None,
+    service: str | None,
+    min_means: tuple[str, ...],
+    min_pass_rates: tuple[str, ...],
+    max_error_rates: tuple[str, ...],
+    min_samples: int | None,
+    regression: bool,
+    baseline_shift: float,
+    baseline_version: str | None,
+    recent_version: str | None,
+    min_effect: float | None,
+    alpha: float | None,
+    as_json: bool,
+) -> None:
+    """Quality gates over stored scores (`--min faithfulness=0.9`), and regressions against a baseline
+    (`--regression`). Exit 0: all hold; 1: a gate fails or a score regressed; 2: too little data."""
+    gates = (
+        _gates("min", min_means)
+        + _gates("min_pass_rate", min_pass_rates)
+        + _gates("max_error_rate", max_error_rates)
+    )
+    if not gates and not regression:
+        raise click.UsageError(
+            "nothing to check: give --min, --min-pass-rate, --max-error-rate or --regression"
+        )
+    config, url = target(ctx, config_path, server, db)
+    monitoring = config.monitoring
+    try:
+        end = parse_time(until_text) if until_text else utc_now()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--until") from None
+    window = Window.ending(end, since)
+    samples = min_samples or monitoring.min_samples
+    settings = RegressionSettings(
+        alpha=alpha or monitoring.alpha,
+        min_effect=monitoring.min_effect if min_effect is None else min_effect,
+        min_samples=samples,
+    )
+    if recent_version and not baseline_version:
+        raise click.UsageError("--version compares with --baseline-version; give both")
+    baseline = (
+        Baseline(version=baseline_version, recent_version=recent_version)
+        if baseline_version
+        else Baseline(shift=baseline_shift)
+    )
+    with sql_runner(config, url) as run:
+
+        def query(sql: str) -> list[dict[str, Any]]:
+            return run(sql, config.sql.max_rows)[0]
+
+        report = _run(query, gates, window, service, samples, monitoring.confidence)
+        comparisons = compare(query, window, baseline, service, settings) if regression else None
+    code = exit_code(report.results, comparisons)
+    if as_json:
+        sys.stdout.write(orjson.dumps(_as_json(report, comparisons, baseline, code)).decode() + "\n")
+    else:
+        _print(report, comparisons, baseline, code)
+    ctx.exit(code)
+
+
+def _run(
+    query: Query, gates: list[Gate], window: Window, service: str | None, samples: int, confidence: float
+) -> GateReport:
+    if not gates:
+        return GateReport(window, service)
+    return check_gates(query, gates, window, service, samples, confidence)
+
+
+def exit_code(results: list[GateResult], comparisons: list[Comparison] | None) -> int:
+    """1 when a gate fails or a score regressed; else 2 when a gate lacks data or no comparison had
+    enough on both sides; else 0."""
+    if any(r.status == "fail" for r in results) or any(c.status == "regressed" for c in comparisons or []):
+        return EXIT_FAIL
+    if any(r.status == "insufficient" for r in results):
+        return EXIT_INSUFFICIENT
+    if comparisons is not None and not any(c.status == "ok" for c in comparisons):
+        return EXIT_INSUFFICIENT
+    return EXIT_PASS
+
+
+_VERDICTS = {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_INSUFFICIENT: "insufficient"}
+
+
+def _as_json(
+    report: GateReport, comparisons: list[Comparison] | None, baseline: Baseline, code: int
+) -> dict[str, Any]:
+    return {
+        "status": _VERDICTS[code],
+        "exit_code": code,
+        "window": report.window.describe(),
+        "service": report.service,
+        "gates": [r.as_dict() for r in report.results],
+        "regression": None
+        if comparisons is None
+        else {
+            "baseline": baseline.describe(report.window),
+            "comparisons": [c.as_dict() for c in comparisons],
+        },
+    }
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print(report: GateReport, comparisons: list[Comparison] | None, baseline: Baseline, code: int) -> None:
+    window = report.window
+    scope = report.service or "every service"
+    click.echo(f"window {window.start:%Y-%m-%d %H:%M} to {window.end:%Y-%m-%d %H:%M} UTC, {scope}")
+    if report.results:
+        rows = [
+            [
+                r.gate.describe(),
+                _number(r.value),
+                str(r.n),
+                "-" if r.interval is None else f"{r.interval.low:.3f}-{r.interval.high:.3f}",
+                r.status + (f" ({r.reason})" if r.reason else ""),
+            ]
+            for r in report.results
+        ]
+        print_table(["gate", "value", "n", "95% CI", "result"], rows, width=TABLE_WIDTH)
+    if comparisons is not None:
+        click.echo(f"regression: against {baseline.describe(window)}")
+        rows = [
+            [
+                c.service or "",
+                c.score,
+                c.metric.replace("_", " "),
+                _number(c.baseline),
+                _number(c.recent),
+                _number(c.effect),
+                str(c.n_baseline),
+                str(c.n_recent),
+                "-" if c.p_value is None else f"{c.p_value:.2g}",
+                c.status,
+            ]
+            for c in comparisons
+        ]
+        headers = [
+            "service",
+            "score",
+            "figure",
+            "baseline",
+            "recent",
+            "change",
+            "n base",
+            "n recent",
+            "p",
+            "result",
+        ]
+        print_table(headers, rows, width=TABLE_WIDTH)
+    click.echo(f"result: {_VERDICTS[code]}")
