@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from collector.config_base import Section
 from collector.exporters.config import ExportersConfig
@@ -48,6 +48,12 @@ class Config(Section):
     evaluators: list[EvaluatorEntry] | None = None
     exporters: ExportersConfig = Field(default_factory=ExportersConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+
+    @model_validator(mode="after")
+    def _canaries_need_a_judge(self) -> Self:
+        if self.monitoring.canaries is not None and not self.judge.model:
+            raise ValueError("monitoring.canaries re-judges calibration cases: it needs judge.model")
+        return self
 
     def evaluator_entries(self) -> list[dict[str, Any]] | None:
         """The `evaluators:` entries as the registry takes them (None: the default set)."""

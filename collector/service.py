@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,9 +26,13 @@ from collector.api import Api
 from collector.config import Config
 from collector.exporters.evaluations import EvaluationExporter
 from collector.exporters.forwarder import Forwarder
+from collector.exporters.webhooks import WebhookNotifier
+from collector.monitoring.canaries import CanaryRunner
+from collector.monitoring.evaluator import AlertBook, AlertEvaluator
 from collector.pipeline import IngestPipeline
 from collector.processors.assembler import TraceAssembler
 from collector.processors.judging import JudgeHealth, JudgeStage
+from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoringSetup
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
@@ -84,7 +89,17 @@ class Service:
         self.judge_stage: JudgeStage | None = None
         self.judge_health: JudgeHealth | None = None
         self.evaluation_exporter: EvaluationExporter | None = None
+        self.alert_book: AlertBook | None = None
+        self.canary_runner: CanaryRunner | None = None
+        budget = config.sampling.budget
+        # One budget for every judge call: online scoring and the canaries.
+        self.judge_budget = JudgeBudget(
+            budget.judge_calls_per_minute, budget.judge_tokens_per_day, time.monotonic()
+        )
+        self.alert_evaluator: AlertEvaluator | None = None
+        self.webhook_notifier: WebhookNotifier | None = None
         self._judge: JudgeClient | None = None
+        self._canary_judge: JudgeClient | None = None
         self._stopped = threading.Event()
         self._grpc: OtlpGrpcReceiver | None = None
         self._http: _UvicornServer | None = None
@@ -121,6 +136,7 @@ class Service:
         if cfg.exporters.forward_spans and cfg.exporters.otlp.endpoint:
             self.forwarder = Forwarder(cfg.exporters.otlp, self.metrics, cfg.exporters.forward_queue)
             self.forwarder.start()
+        self._start_monitoring(self.store)
         pipeline = IngestPipeline(self.writer, self.metrics, self.forwarder)
 
         self._grpc = OtlpGrpcReceiver(cfg.receivers, pipeline, self.metrics)
@@ -164,24 +180,58 @@ class Service:
         if setup.judge_entries:
             from evaluators.judge.build import open_judge
 
-            self._judge = open_judge(cfg.judge, check=False)
-            self.judge_health = JudgeHealth(self._judge.model)
-            evaluators = [(str(e["name"]), build_evaluator(e, self._judge)) for e in setup.judge_entries]
+            judge = self._judge = open_judge(cfg.judge, check=False)
+            self.judge_health = JudgeHealth(judge.model)
+            threading.Thread(target=self._check_judge, name="ragpulse-judge-check", daemon=True).start()
+            evaluators = [(str(e["name"]), build_evaluator(e, judge)) for e in setup.judge_entries]
             self.judge_stage = JudgeStage(
                 store,
                 evaluators,
                 cfg.scoring,
-                cfg.sampling.budget,
+                self.judge_budget,
                 cfg.judge.max_concurrency,
                 self.metrics,
                 setup.export_events,
             )
             self.judge_stage.start()
-            threading.Thread(target=self._check_judge, name="ragpulse-judge-check", daemon=True).start()
         if setup.export_events:
             self.evaluation_exporter = EvaluationExporter(store, cfg.exporters, self.metrics)
             self.evaluation_exporter.start()
         return setup
+
+    def _start_monitoring(self, store: Store) -> None:
+        """The alert evaluator when `monitoring.alerts` has rules, the judge canaries when
+        `monitoring.canaries` is set, and the webhook notifier when there are webhooks (it also
+        delivers what an earlier run left pending)."""
+        monitoring = self.config.monitoring
+        if monitoring.webhooks:
+            self.webhook_notifier = WebhookNotifier(store, monitoring, self.metrics)
+            self.webhook_notifier.start()
+        wake = self.webhook_notifier.wake if self.webhook_notifier else None
+        self.alert_book = AlertBook(store, monitoring, self.metrics, on_notifications=wake)
+        if monitoring.alerts:
+            self.alert_evaluator = AlertEvaluator(
+                store, monitoring, self.metrics, self.alert_book, self.config.sql.timeout
+            )
+            self.alert_evaluator.start()
+        if monitoring.canaries is not None:
+            from evaluators.judge.build import open_judge
+
+            # A client of their own, caches off: a canary must ask the judge every time.
+            judge = self._canary_judge = open_judge(
+                self.config.judge, check=False, persistent_cache=False, cache_size=0
+            )
+            self.canary_runner = CanaryRunner(
+                store,
+                monitoring.canaries,
+                judge.model,
+                lambda entry: build_evaluator(entry, judge),
+                self.judge_budget,
+                self.alert_book,
+                self.metrics,
+                self.config.judge.max_concurrency,
+            )
+            self.canary_runner.start()
 
     def _check_judge(self) -> None:
         """The judge's pre-run check, repeated every minute while it fails: a judge that is down
@@ -221,12 +271,19 @@ class Service:
             await asyncio.to_thread(self.assembler.stop)
         if self.judge_stage:
             await asyncio.to_thread(self.judge_stage.stop)
-        if self._judge is not None:
+        if self.canary_runner:
+            await asyncio.to_thread(self.canary_runner.stop)
+        if self._judge is not None or self._canary_judge is not None:
             from evaluators.judge.build import close_judge
 
             close_judge(self._judge)
+            close_judge(self._canary_judge)
         if self.evaluation_exporter:
             await asyncio.to_thread(self.evaluation_exporter.stop)
+        if self.alert_evaluator:
+            await asyncio.to_thread(self.alert_evaluator.stop)
+        if self.webhook_notifier:
+            await asyncio.to_thread(self.webhook_notifier.stop)
         if self.forwarder:
             await asyncio.to_thread(self.forwarder.stop)
         if self.store:

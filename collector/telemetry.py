@@ -152,6 +152,41 @@ class Metrics:
             "Failed OTLP exports of evaluation events (retried)",
             registry=r,
         )
+        self.alert_evaluations = Counter(
+            "ragpulse_alert_evaluations", "Rounds of alert evaluation completed", registry=r
+        )
+        self.alert_evaluation_errors = Counter(
+            "ragpulse_alert_evaluation_errors",
+            "Alert rules (or rounds) that could not be evaluated",
+            registry=r,
+        )
+        self.alerts_firing = Gauge(
+            "ragpulse_alert_firing",
+            "1 while an alert fires, by alert and service",
+            ["alert", "service"],
+            registry=r,
+        )
+        self.alert_events = Counter(
+            "ragpulse_alert_events", "Alert events, by state (firing, resolved)", ["state"], registry=r
+        )
+        self.alert_notifications = Counter(
+            "ragpulse_alert_notifications",
+            "Alert notification attempts, by webhook and outcome (delivered, failed: retried)",
+            ["webhook", "outcome"],
+            registry=r,
+        )
+        self.canary_runs = Counter(
+            "ragpulse_judge_canary_runs",
+            "Judge canary runs, by status (done, throttled, over_budget)",
+            ["status"],
+            registry=r,
+        )
+        self.canary_accuracy = Gauge(
+            "ragpulse_judge_canary_accuracy", "Accuracy of the last judge canary run", registry=r
+        )
+        self.alert_notifications_pending = Gauge(
+            "ragpulse_alert_notifications_pending", "Alert notifications not delivered yet", registry=r
+        )
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

@@ -1,14 +1,86 @@
-"""The `monitoring:` config section: how sure a gate or a regression must be before it speaks."""
+"""The `monitoring:` config section: how sure a gate or a regression must be before it speaks, the
+alert rules `serve` evaluates, and the webhooks they notify."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
 
 from collector.config_base import Section
 
+Severity = Literal["info", "warning", "critical"]
+
+
+class WebhookConfig(Section):
+    name: str = Field(min_length=1)
+    url: str = Field(min_length=1)
+    # json: ragpulse's own payload; slack: `{"text": ...}`, which Slack, Mattermost and others take.
+    format: Literal["json", "slack"] = "json"
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(10.0, gt=0)
+
+
+class RegressionCondition(Section):
+    # The baseline: the same window this many seconds earlier (86400: yesterday, 604800: last week).
+    baseline: float = Field(86400.0, gt=0)
+    min_effect: float | None = Field(None, ge=0, le=1)  # default: monitoring.min_effect
+    alpha: float | None = Field(None, gt=0, lt=1)  # default: monitoring.alpha
+
+
+class AlertRule(Section):
+    """One alert: a score (and service), one condition, a window, and who to notify."""
+
+    name: str = Field(min_length=1)
+    score: str | None = None  # None only with max_error_rate: every score together
+    service: str | None = None  # None: every service together (regression: each service apart)
+    # The condition, exactly one of:
+    min: float | None = Field(None, ge=0, le=1)  # the mean of the score's values
+    min_pass_rate: float | None = Field(None, ge=0, le=1)
+    max_error_rate: float | None = Field(None, ge=0, le=1)
+    regression: RegressionCondition | None = None
+    window: float = Field(600.0, gt=0)  # seconds of scores the condition looks at
+    min_samples: int | None = Field(None, ge=1)  # default: monitoring.min_samples
+    severity: Severity = "warning"
+    notify: list[str] = Field(default_factory=list)  # webhook names
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> Self:
+        given = [
+            k
+            for k in ("min", "min_pass_rate", "max_error_rate", "regression")
+            if getattr(self, k) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "an alert has exactly one condition of min, min_pass_rate, max_error_rate, regression; "
+                f"got {', '.join(given) or 'none'}"
+            )
+        if self.score is None and given[0] != "max_error_rate":
+            raise ValueError(f"an alert on {given[0]} needs a score")
+        return self
+
+
+class CanaryConfig(Section):
+    """Judge drift canaries: re-judge calibration cases with known verdicts on a schedule."""
+
+    name: str = Field("judge-canary", min_length=1)  # alerts: NAME-accuracy and NAME-shift
+    # A calibration file (`ragpulse calibrate`'s format): the shipped examples/calibration/cases.yaml
+    # or your own.
+    cases: str = Field(min_length=1)
+    every: float = Field(3600.0, gt=0)
+    # Judge calls per run: the same (case, evaluator) pairs every run, so runs compare like with like.
+    sample: int = Field(12, ge=1)
+    min_accuracy: float = Field(0.9, ge=0, le=1)
+    # The share of verdicts that differ from the first run's on the same pairs (a model updated
+    # behind the same name, a provider change) above which the shift alert fires.
+    max_shift: float = Field(0.2, ge=0, le=1)
+    severity: Severity = "warning"
+    notify: list[str] = Field(default_factory=list)
+
 
 class MonitoringConfig(Section):
-    # Scores a gate or a regression test needs in a window before it decides (else: too little data).
+    # Scores a gate, an alert or a regression test needs in a window before it decides.
     min_samples: int = Field(20, ge=1)
     # Confidence of the intervals `check` prints beside each gate.
     confidence: float = Field(0.95, gt=0, lt=1)
@@ -16,3 +88,30 @@ class MonitoringConfig(Section):
     # (of a mean or a pass rate, in 0..1) worth flagging.
     alpha: float = Field(0.05, gt=0, lt=1)
     min_effect: float = Field(0.05, ge=0, le=1)
+    # Alerts, evaluated by `serve` every `evaluate_every` seconds.
+    evaluate_every: float = Field(30.0, gt=0)
+    # While an alert keeps firing, notify again this often (0: only when it starts and resolves).
+    renotify_every: float = Field(3600.0, ge=0)
+    webhooks: list[WebhookConfig] = Field(default_factory=list)
+    alerts: list[AlertRule] = Field(default_factory=list)
+    canaries: CanaryConfig | None = None
+    # A failed notification is retried after retry_initial seconds, doubling up to retry_max, until
+    # it is delivered: none is dropped (pending ones are counted in /metrics).
+    retry_initial: float = Field(2.0, gt=0)
+    retry_max: float = Field(300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _names(self) -> Self:
+        hooks = [w.name for w in self.webhooks]
+        for kind, names in (("webhook", hooks), ("alert", [a.name for a in self.alerts])):
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise ValueError(f"{kind} names must be unique; repeated: {', '.join(repeated)}")
+        notifying = [(f"alert {a.name!r}", a.notify) for a in self.alerts]
+        if self.canaries is not None:
+            notifying.append(("canaries", self.canaries.notify))
+        for who, notify in notifying:
+            unknown = [n for n in notify if n not in hooks]
+            if unknown:
+                raise ValueError(f"{who} notifies unknown webhook(s): {', '.join(unknown)}")
+        return self

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import orjson
 import pyarrow as pa
 
-from collector.processors.config import BudgetConfig, ScoringConfig
+from collector.processors.config import ScoringConfig
 from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoreRows, record_metrics, score_rows
 from collector.store.base import Store
@@ -71,7 +71,7 @@ class JudgeStage:
         store: Store,
         evaluators: Sequence[tuple[str, Evaluator]],
         config: ScoringConfig,
-        budget: BudgetConfig,
+        budget: JudgeBudget,
         max_concurrency: int,
         metrics: Metrics,
         export_events: bool,
@@ -84,7 +84,7 @@ class JudgeStage:
         self._metrics = metrics
         self._export_events = export_events
         self._clock = clock
-        self._budget = JudgeBudget(budget.judge_calls_per_minute, budget.judge_tokens_per_day, clock())
+        self._budget = budget
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="ragpulse-judge-call")
         self._lock = threading.Lock()
         self._taken: dict[str, _Work] = {}  # trace id -> work in progress

@@ -19,6 +19,7 @@ Decisions (`traces.sample_decision`): `judge` (deterministic and judge evaluator
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -148,20 +149,25 @@ class TokenBucket:
 
 
 class JudgeBudget:
-    """`sampling.budget`: judge calls per minute and judge tokens per day, as two token buckets."""
+    """`sampling.budget`: judge calls per minute and judge tokens per day, as two token buckets.
+    One budget serves every judge caller of a service (online scoring and the judge canaries),
+    from several threads."""
 
     def __init__(self, calls_per_minute: int | None, tokens_per_day: int | None, now: float) -> None:
         self.calls = TokenBucket(calls_per_minute, 60.0, now)
         self.tokens = TokenBucket(tokens_per_day, 86_400.0, now)
+        self._lock = threading.Lock()
 
     def admit(self, calls: int, now: float) -> str | None:
-        """None when a trace needing `calls` judge calls may go ahead (the calls are taken), else the
+        """None when work needing `calls` judge calls may go ahead (the calls are taken), else the
         reason it may not: `over_budget` (no tokens left today) or `throttled` (calls per minute)."""
-        if self.tokens.available(now) <= 0:
-            return "over_budget"
-        if not self.calls.take(calls, now):
-            return "throttled"
-        return None
+        with self._lock:
+            if self.tokens.available(now) <= 0:
+                return "over_budget"
+            if not self.calls.take(calls, now):
+                return "throttled"
+            return None
 
     def used_tokens(self, tokens: int, now: float) -> None:
-        self.tokens.spend(tokens, now)
+        with self._lock:
+            self.tokens.spend(tokens, now)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -104,6 +105,41 @@ class Store(ABC):
     @abstractmethod
     def outbox_depth(self) -> int:
         """Evaluation events waiting for export."""
+
+    # ---------------------------------------------------------------- alerts
+
+    @abstractmethod
+    def read_alerts(self) -> pa.Table:
+        """Every row of `alerts`: the current state of each alert (and service)."""
+
+    @abstractmethod
+    def write_alerts(self, states: pa.Table, events: pa.Table, notifications: pa.Table) -> None:
+        """In one transaction: replace the `alerts` rows of these (alert, service) states, and add
+        the events and their notifications (`alerts`, `alert_events`, `alert_notifications` shapes)."""
+
+    @abstractmethod
+    def pending_notifications(self) -> pa.Table:
+        """Notifications not delivered yet, oldest first per webhook."""
+
+    @abstractmethod
+    def update_notification(
+        self,
+        event_id: str,
+        webhook: str,
+        attempts: int,
+        delivered_at: datetime | None,
+        next_attempt_at: datetime | None,
+        error: str | None,
+    ) -> None:
+        """Record one delivery attempt of a notification."""
+
+    @abstractmethod
+    def read_canary_runs(self) -> pa.Table:
+        """Every judge canary run, oldest first."""
+
+    @abstractmethod
+    def write_canary_run(self, run: pa.Table) -> None:
+        """Add a canary run (the `canary_runs` shape)."""
 
     # ---------------------------------------------------------------- golden cases
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -398,6 +399,58 @@ class DuckDBStore(Store):
         with self._cursor() as con:
             row = con.execute("SELECT count(*) FROM evaluation_outbox").fetchone()
         return int(row[0]) if row else 0
+
+    # ---------------------------------------------------------------- alerts
+
+    def read_alerts(self) -> pa.Table:
+        with self._cursor() as con:
+            return con.execute("SELECT * FROM alerts ORDER BY alert, service_name").to_arrow_table()
+
+    def write_alerts(self, states: pa.Table, events: pa.Table, notifications: pa.Table) -> None:
+        self._writable()
+        with self._cursor() as con, transaction(con):
+            if states.num_rows:
+                with _registered(con, "_states", states):
+                    con.execute(
+                        "DELETE FROM alerts a WHERE EXISTS (SELECT 1 FROM _states s WHERE s.alert = a.alert "
+                        "AND s.service_name IS NOT DISTINCT FROM a.service_name)"
+                    )
+            _insert(con, "alerts", states)
+            _insert(con, "alert_events", events)
+            _insert(con, "alert_notifications", notifications)
+
+    def pending_notifications(self) -> pa.Table:
+        with self._cursor() as con:
+            return con.execute(
+                "SELECT * FROM alert_notifications WHERE delivered_at IS NULL "
+                "ORDER BY webhook, created_at, event_id"
+            ).to_arrow_table()
+
+    def update_notification(
+        self,
+        event_id: str,
+        webhook: str,
+        attempts: int,
+        delivered_at: datetime | None,
+        next_attempt_at: datetime | None,
+        error: str | None,
+    ) -> None:
+        self._writable()
+        with self._cursor() as con:
+            con.execute(
+                "UPDATE alert_notifications SET attempts = ?, delivered_at = ?, next_attempt_at = ?, "
+                "last_error = ? WHERE event_id = ? AND webhook = ?",
+                [attempts, delivered_at, next_attempt_at, error, event_id, webhook],
+            )
+
+    def read_canary_runs(self) -> pa.Table:
+        with self._cursor() as con:
+            return con.execute("SELECT * FROM canary_runs ORDER BY started_at, run_id").to_arrow_table()
+
+    def write_canary_run(self, run: pa.Table) -> None:
+        self._writable()
+        with self._cursor() as con, transaction(con):
+            _insert(con, "canary_runs", run)
 
     # ---------------------------------------------------------------- golden cases
 

@@ -10,7 +10,18 @@ the SQL they shipped with.
 
 from __future__ import annotations
 
-from collector.store.tables import EVALUATION_OUTBOX, SCORE_AGGREGATES, SCORES, SPAN_EVENTS, TRACES, Table
+from collector.store.tables import (
+    ALERT_EVENTS,
+    ALERT_NOTIFICATIONS,
+    ALERTS,
+    CANARY_RUNS,
+    EVALUATION_OUTBOX,
+    SCORE_AGGREGATES,
+    SCORES,
+    SPAN_EVENTS,
+    TRACES,
+    Table,
+)
 
 
 def create_tables(version: int, *tables: Table) -> str:
@@ -150,6 +161,11 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         create_tables(4, SCORES, SCORE_AGGREGATES, EVALUATION_OUTBOX)
         + "\n"
         + add_columns(TRACES, "judge_status", "scored_at"),
+    ),
+    (
+        5,
+        "monitoring: alerts, their events and notifications, and judge canary runs",
+        create_tables(5, ALERTS, ALERT_EVENTS, ALERT_NOTIFICATIONS, CANARY_RUNS),
     ),
 ]
 

@@ -43,6 +43,7 @@ _ARROW_TYPES: dict[str, Any] = {
     "DOUBLE": lambda unit: pa.float64(),
     "BIGINT": lambda unit: pa.int64(),
     "INTEGER": lambda unit: pa.int32(),
+    "BOOLEAN": lambda unit: pa.bool_(),
     "TIMESTAMP": lambda unit: pa.timestamp(unit),
     "VARCHAR[]": lambda unit: pa.list_(pa.string()),
 }
@@ -304,6 +305,79 @@ EVALUATION_OUTBOX = Table(
     ),
 )
 
+# Alerts (`monitoring.alerts`): the current state of each rule (and service, for rules that watch
+# each service apart), every change as an event, and the notifications of each event to each
+# webhook, kept after delivery as a record of what was sent when.
+ALERTS = Table(
+    "alerts",
+    _columns(
+        ("alert", "VARCHAR", _KEY, 5),
+        ("service_name", "VARCHAR", "", 5),  # null: every service together
+        ("state", "VARCHAR", "", 5),  # ok | firing
+        ("severity", "VARCHAR", "", 5),
+        ("score", "VARCHAR", "", 5),
+        ("condition", "VARCHAR", "", 5),
+        ("value", "DOUBLE", "", 5),
+        ("n", "BIGINT", "", 5),
+        ("started_at", "TIMESTAMP", "", 5),  # when the current (or last) incident started
+        ("resolved_at", "TIMESTAMP", "", 5),
+        ("last_notified_at", "TIMESTAMP", "", 5),
+        ("evaluated_at", "TIMESTAMP", "", 5),
+    ),
+)
+ALERT_EVENTS = Table(
+    "alert_events",
+    _columns(
+        ("event_id", "VARCHAR", _KEY, 5),
+        ("time", "TIMESTAMP", "", 5),
+        ("alert", "VARCHAR", _KEY, 5),
+        ("service_name", "VARCHAR", "", 5),
+        ("state", "VARCHAR", "", 5),  # firing | resolved
+        ("repeat", "BOOLEAN", "", 5),  # a reminder of an incident still firing
+        ("severity", "VARCHAR", "", 5),
+        ("score", "VARCHAR", "", 5),
+        ("condition", "VARCHAR", "", 5),
+        ("value", "DOUBLE", "", 5),
+        ("n", "BIGINT", "", 5),
+        ("window_seconds", "DOUBLE", "", 5),
+        ("started_at", "TIMESTAMP", "", 5),
+        ("message", "VARCHAR", "", 5),
+    ),
+)
+ALERT_NOTIFICATIONS = Table(
+    "alert_notifications",
+    _columns(
+        ("event_id", "VARCHAR", _KEY, 5),
+        ("webhook", "VARCHAR", _KEY, 5),
+        ("payload", "JSON", "", 5),
+        ("created_at", "TIMESTAMP", "", 5),
+        ("attempts", "INTEGER", "", 5),
+        ("next_attempt_at", "TIMESTAMP", "", 5),
+        ("delivered_at", "TIMESTAMP", "", 5),  # null: not delivered yet
+        ("last_error", "VARCHAR", "", 5),
+    ),
+)
+
+# Judge canary runs (`monitoring.canaries`): accuracy and verdicts of each run on the same pairs.
+CANARY_RUNS = Table(
+    "canary_runs",
+    _columns(
+        ("run_id", "VARCHAR", _KEY, 5),
+        ("started_at", "TIMESTAMP", "", 5),
+        ("finished_at", "TIMESTAMP", "", 5),
+        ("judge_model", "VARCHAR", "", 5),
+        ("status", "VARCHAR", "", 5),  # done | throttled | over_budget
+        ("pairs", "INTEGER", "", 5),  # (case, evaluator) pairs judged
+        ("correct", "INTEGER", "", 5),
+        ("errors", "INTEGER", "", 5),
+        ("accuracy", "DOUBLE", "", 5),  # correct / pairs: an error is never correct
+        ("pass_share", "DOUBLE", "", 5),  # share of pass among the verdicts given
+        ("shift", "DOUBLE", "", 5),  # share of verdicts unlike the first run's on the same pairs
+        ("verdicts", "JSON", "", 5),  # {evaluator: {pass, fail, error}}
+        ("results", "JSON", "", 5),  # [{case, evaluator, known, judged}]
+    ),
+)
+
 ALL_TABLES: tuple[Table, ...] = (
     SPANS,
     SPAN_EVENTS,
@@ -314,4 +388,8 @@ ALL_TABLES: tuple[Table, ...] = (
     SCORES,
     SCORE_AGGREGATES,
     EVALUATION_OUTBOX,
+    ALERTS,
+    ALERT_EVENTS,
+    ALERT_NOTIFICATIONS,
+    CANARY_RUNS,
 )

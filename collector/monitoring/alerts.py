@@ -1,0 +1,279 @@
+"""Alert rules over stored scores: what a rule observes, and how an alert's state moves.
+
+Pure logic: `observe` runs a rule's condition through a `Query` (the gates and regression tests of
+`check`, so a rule and `ragpulse check` agree on the same data); `step` turns the previous state and
+a new observation into the next state and, on a change, an event to notify.
+
+States and events:
+- `ok` -> condition met -> `firing`, event `firing`;
+- `firing` -> condition still met -> `firing`; a reminder event (`repeat`) every `renotify_every`;
+- `firing` -> condition clear (with enough data) -> `ok`, event `resolved`;
+- too little data changes nothing: an alert neither fires nor resolves on a handful of scores.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from collector.monitoring.config import AlertRule, MonitoringConfig
+from collector.monitoring.gates import Gate, GateKind, Query, check_gates
+from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
+from collector.monitoring.windows import Window
+
+ObservationStatus = Literal["firing", "ok", "insufficient"]
+_CONDITIONS: tuple[GateKind, ...] = ("min", "min_pass_rate", "max_error_rate")
+# A gate that fails is an alert that fires.
+_GATE_TO_ALERT: dict[str, ObservationStatus] = {
+    "pass": "ok",
+    "fail": "firing",
+    "insufficient": "insufficient",
+}
+
+
+@dataclass(frozen=True)
+class AlertSpec:
+    """What an alert's state and messages need from its rule (an `AlertRule`, or a judge canary)."""
+
+    name: str
+    severity: str
+    score: str | None
+    condition: str  # what must hold for the alert to stay quiet, in words
+    window: float
+    notify: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, rule: AlertRule) -> AlertSpec:
+        return cls(
+            rule.name, rule.severity, rule.score, condition_text(rule), rule.window, tuple(rule.notify)
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one evaluation of a rule saw, for one service (None: every service together)."""
+
+    service: str | None
+    status: ObservationStatus
+    value: float | None
+    n: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class AlertState:
+    """A row of `alerts`."""
+
+    alert: str
+    service_name: str | None
+    state: Literal["ok", "firing"]
+    severity: str
+    score: str | None
+    condition: str
+    value: float | None
+    n: int
+    started_at: datetime | None
+    resolved_at: datetime | None
+    last_notified_at: datetime | None
+    evaluated_at: datetime
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """A row of `alert_events`: an alert fired, is still firing (`repeat`), or resolved."""
+
+    event_id: str
+    time: datetime
+    alert: str
+    service_name: str | None
+    state: Literal["firing", "resolved"]
+    repeat: bool
+    severity: str
+    score: str | None
+    condition: str
+    value: float | None
+    n: int
+    window_seconds: float
+    started_at: datetime | None
+    message: str
+
+
+def gate_of(rule: AlertRule) -> Gate | None:
+    """The gate a threshold rule checks (None for a regression rule)."""
+    for kind in _CONDITIONS:
+        threshold = getattr(rule, kind)
+        if threshold is not None:
+            return Gate(kind, rule.score, threshold)
+    return None
+
+
+def condition_text(rule: AlertRule) -> str:
+    """The rule's condition in words: what must hold for the alert to stay quiet."""
+    gate = gate_of(rule)
+    if gate is not None:
+        return gate.describe()
+    assert rule.regression is not None
+    return f"{rule.score} no lower than {_seconds(rule.regression.baseline)} earlier"
+
+
+def observe(rule: AlertRule, query: Query, now: datetime, monitoring: MonitoringConfig) -> list[Observation]:
+    """Evaluate the rule's condition over the window ending now."""
+    window = Window.ending(now, rule.window)
+    samples = rule.min_samples or monitoring.min_samples
+    gate = gate_of(rule)
+    if gate is not None:
+        (result,) = check_gates(query, [gate], window, rule.service, samples).results
+        status = _GATE_TO_ALERT[result.status]
+        value = "-" if result.value is None else f"{result.value:.3f}"
+        detail = f"{gate.score or 'all scores'} {gate.figure} {value} (n={result.n})"
+        return [Observation(rule.service, status, result.value, result.n, detail)]
+    assert rule.regression is not None and rule.score is not None
+    settings = RegressionSettings(
+        alpha=rule.regression.alpha or monitoring.alpha,
+        min_effect=monitoring.min_effect
+        if rule.regression.min_effect is None
+        else rule.regression.min_effect,
+        min_samples=samples,
+    )
+    baseline = Baseline(shift=rule.regression.baseline)
+    comparisons = compare(query, window, baseline, rule.service, settings, names=[rule.score])
+    by_service: dict[str | None, list[Comparison]] = {}
+    for comparison in comparisons:
+        by_service.setdefault(comparison.service, []).append(comparison)
+    return [_regression_observation(service, found) for service, found in by_service.items()]
+
+
+def _regression_observation(service: str | None, comparisons: list[Comparison]) -> Observation:
+    regressed = [c for c in comparisons if c.status == "regressed"]
+    shown = regressed[0] if regressed else comparisons[0]
+    detail = (
+        f"{shown.score} {shown.metric.replace('_', ' ')} {_number(shown.recent)} "
+        f"against {_number(shown.baseline)} (n={shown.n_recent} / {shown.n_baseline}"
+        + ("" if shown.p_value is None else f", p={shown.p_value:.2g}")
+        + ")"
+    )
+    if regressed:
+        status: ObservationStatus = "firing"
+    elif any(c.status == "ok" for c in comparisons):
+        status = "ok"
+    else:
+        status = "insufficient"
+    return Observation(service, status, shown.recent, shown.n_recent, detail)
+
+
+def step(
+    spec: AlertSpec,
+    previous: AlertState | None,
+    seen: Observation,
+    now: datetime,
+    renotify_every: float,
+) -> tuple[AlertState | None, AlertEvent | None]:
+    """The next state of one alert and the event to notify, if any. Too little data keeps the
+    previous state (None when there is none yet: nothing to record)."""
+    if seen.status == "insufficient":
+        return (None if previous is None else replace(previous, evaluated_at=now)), None
+    firing_before = previous is not None and previous.state == "firing"
+    state = AlertState(
+        alert=spec.name,
+        service_name=seen.service,
+        state="firing" if seen.status == "firing" else "ok",
+        severity=spec.severity,
+        score=spec.score,
+        condition=spec.condition,
+        value=seen.value,
+        n=seen.n,
+        started_at=previous.started_at if previous is not None else None,
+        resolved_at=previous.resolved_at if previous is not None else None,
+        last_notified_at=previous.last_notified_at if previous is not None else None,
+        evaluated_at=now,
+    )
+    if seen.status == "firing" and not firing_before:
+        state = replace(state, started_at=now, resolved_at=None, last_notified_at=now)
+        return state, _event(spec, state, "firing", False, seen, now)
+    if seen.status == "firing":
+        last = state.last_notified_at or state.started_at or now
+        if renotify_every > 0 and now - last >= timedelta(seconds=renotify_every):
+            state = replace(state, last_notified_at=now)
+            return state, _event(spec, state, "firing", True, seen, now)
+        return state, None
+    if firing_before:
+        state = replace(state, resolved_at=now, last_notified_at=now)
+        return state, _event(spec, state, "resolved", False, seen, now)
+    return state, None
+
+
+def _event(
+    spec: AlertSpec,
+    state: AlertState,
+    kind: Literal["firing", "resolved"],
+    repeat: bool,
+    seen: Observation,
+    now: datetime,
+) -> AlertEvent:
+    scope = f"service {seen.service}" if seen.service else "every service"
+    if kind == "firing":
+        lead = "[FIRING again]" if repeat else "[FIRING]"
+        message = f"{lead} {spec.name} ({spec.severity}): {seen.detail}; expected {state.condition}"
+    else:
+        since = "" if state.started_at is None else f", firing since {state.started_at:%Y-%m-%d %H:%M:%S} UTC"
+        message = f"[RESOLVED] {spec.name}: {seen.detail}; {state.condition} holds again{since}"
+    message += f"; last {_seconds(spec.window)}, {scope}"
+    return AlertEvent(
+        event_id=secrets.token_hex(16),
+        time=now,
+        alert=spec.name,
+        service_name=seen.service,
+        state=kind,
+        repeat=repeat,
+        severity=spec.severity,
+        score=spec.score,
+        condition=state.condition,
+        value=seen.value,
+        n=seen.n,
+        window_seconds=spec.window,
+        started_at=state.started_at,
+        message=message,
+    )
+
+
+def event_payload(event: AlertEvent) -> dict[str, Any]:
+    """The generic JSON payload of an event (`format: json`)."""
+    return {
+        "alert": event.alert,
+        "state": event.state,
+        "repeat": event.repeat,
+        "severity": event.severity,
+        "score": event.score,
+        "service": event.service_name,
+        "condition": event.condition,
+        "value": event.value,
+        "n": event.n,
+        "window": event.window_seconds,
+        "started_at": _iso(event.started_at),
+        "time": _iso(event.time),
+        "event_id": event.event_id,
+        "message": event.message,
+    }
+
+
+def slack_payload(event: AlertEvent) -> dict[str, Any]:
+    """A Slack-compatible payload (`format: slack`): incoming webhooks take `{"text": ...}`."""
+    icon = ":white_check_mark:" if event.state == "resolved" else ":rotating_light:"
+    return {"text": f"{icon} {event.message}"}
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat() + "Z"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _seconds(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
