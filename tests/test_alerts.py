@@ -333,7 +333,8 @@ def test_a_judge_that_starts_judging_wrongly_raises_the_drift_alerts_once(
             )
             runs = sql(
                 service,
-                "SELECT status, pairs, correct, accuracy, shift, verdicts FROM canary_runs ORDER BY started_at",
+                "SELECT status, pairs, correct, accuracy, shift, verdicts FROM canary_runs "
+                "ORDER BY started_at",
             )
     fired = sorted((b["alert"], b["state"]) for b in receiver.bodies)
     assert fired == [("judge-canary-accuracy", "firing"), ("judge-canary-shift", "firing")]
@@ -356,7 +357,6 @@ def test_a_judge_that_starts_judging_wrongly_raises_the_drift_alerts_once(
 def test_canaries_without_a_judge_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "ragpulse.yaml"
     path.write_text(json.dumps({"monitoring": {"canaries": {"cases": "cases.yaml"}}}))
-    with pytest.raises(
-        ConfigError, match="monitoring.canaries re-judges calibration cases: it needs judge.model"
-    ):
+    with pytest.raises(ConfigError) as raised:
         load_config(path, environ={})
+    assert "monitoring.canaries re-judges calibration cases: it needs judge.model" in str(raised.value)
