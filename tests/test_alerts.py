@@ -360,3 +360,33 @@ def test_canaries_without_a_judge_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_config(path, environ={})
     assert "monitoring.canaries re-judges calibration cases: it needs judge.model" in str(raised.value)
+
+
+def test_canary_calls_count_against_the_judge_budget(tmp_path: Path) -> None:
+    """With 8 judge calls a minute, two runs of 4 calls go through; the next ones are recorded as
+    throttled, without a judge call."""
+    cases = tmp_path / "canaries.yaml"
+    cases.write_text(json.dumps(CANARY_CASES))
+
+    def respond(request: RecordedRequest) -> str:
+        messages = request.json["messages"]
+        return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
+
+    with OpenAIStub(responder=respond) as judge:
+        config = make_config(
+            tmp_path,
+            monitoring={"canaries": {"cases": str(cases), "every": 0.2, "sample": 4}},
+            judge={"base_url": judge.base_url, "model": "judge-test", "api_key": "test", "max_retries": 0},
+            sampling={"budget": {"judge_calls_per_minute": 8}},
+        )
+        with BackgroundService(config) as service:
+            throttled = lambda: metric(service, "ragpulse_judge_canary_runs_total", status="throttled")  # noqa: E731
+            wait_for(lambda: throttled() >= 3, timeout=20, what="throttled canary runs")
+            statuses = [
+                r["status"] for r in sql(service, "SELECT status FROM canary_runs ORDER BY started_at")
+            ]
+        calls = len(judge.chat_requests)
+    assert statuses[:2] == ["done", "done"] and set(statuses[2:]) == {"throttled"}
+    # The canaries' two runs, and the pre-run check of the online judge (a judge model is set, so the
+    # default evaluators include the judge ones, whose calls come only with traces).
+    assert calls == 8 + 1
