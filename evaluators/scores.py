@@ -103,6 +103,11 @@ class Score(BaseModel):
     def passed(self) -> bool:
         return self.status == "pass"
 
+    @property
+    def judge_tokens(self) -> int:
+        """Prompt and completion tokens the judge spent on this score (0 without a judge)."""
+        return (self.judge_input_tokens or 0) + (self.judge_output_tokens or 0)
+
     @classmethod
     def judged(
         cls,

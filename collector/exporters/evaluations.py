@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -30,6 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
+from collector.background import BackgroundWorker
 from collector.exporters.config import ExportersConfig, OtlpExporterConfig
 from collector.store.base import Store
 from collector.telemetry import Metrics
@@ -112,7 +112,7 @@ def _attributes(text: str | None) -> dict[str, Any]:
     return {k: v for k, v in values.items() if isinstance(v, str | bool | int | float)}
 
 
-class EvaluationExporter:
+class EvaluationExporter(BackgroundWorker):
     """Drains the evaluation outbox to the downstream, on its own thread."""
 
     def __init__(
@@ -127,18 +127,12 @@ class EvaluationExporter:
         self._config = config
         self._metrics = metrics
         self._exporter = exporter or otlp_span_exporter(config.otlp)
-        self._stopping = threading.Event()
+        super().__init__("ragpulse-evaluation-export")
         self._sleep = sleep or self._stopping.wait
-        self._thread = threading.Thread(target=self._run, name="ragpulse-evaluation-export", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop after the export in progress; what is left stays in the outbox for the next start."""
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        super().stop(timeout)
         self._exporter.shutdown()
 
     def _run(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from collector.background import BackgroundWorker
 from collector.monitoring.config import MonitoringConfig, WebhookConfig
 from collector.monitoring.windows import utc_now
 from collector.store.base import Store
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 
 
-class WebhookNotifier:
+class WebhookNotifier(BackgroundWorker):
     """Delivers pending notifications on its own thread; `deliver_once` is one pass."""
 
     def __init__(
@@ -44,11 +45,7 @@ class WebhookNotifier:
         self._hooks = {hook.name: hook for hook in config.webhooks}
         self._client = httpx.Client(follow_redirects=False)
         self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ragpulse-webhooks", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
+        super().__init__("ragpulse-webhooks")
 
     def wake(self) -> None:
         """New notifications were written: look now rather than at the next poll."""
@@ -56,10 +53,8 @@ class WebhookNotifier:
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop after the delivery in progress; what is pending is delivered after the next start."""
-        self._stopping.set()
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        super().stop(timeout)
         self._client.close()
 
     def _run(self) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from collector.background import BackgroundWorker
 from collector.monitoring.alerts import AlertSpec, Observation
 from collector.monitoring.config import CanaryConfig
 from collector.monitoring.evaluator import AlertBook
@@ -115,7 +115,7 @@ def outcome(
     )
 
 
-class CanaryRunner:
+class CanaryRunner(BackgroundWorker):
     """Runs the canaries on their own thread; `run_once` is one run."""
 
     def __init__(
@@ -159,16 +159,7 @@ class CanaryRunner:
                 tuple(config.notify),
             ),
         )
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ragpulse-canaries", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 15.0) -> None:
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        super().__init__("ragpulse-canaries")
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -207,8 +198,7 @@ class CanaryRunner:
             return row
         scores = map_in_order(self._judge, list(range(len(self._pairs))), self._workers)
         for score in scores:
-            tokens = (score.judge_input_tokens or 0) + (score.judge_output_tokens or 0)
-            self._budget.used_tokens(tokens, time.monotonic())
+            self._budget.used_tokens(score.judge_tokens, time.monotonic())
         result = outcome(self._pairs, scores, self._reference())
         row.update(
             status="done",

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from collector.background import BackgroundWorker
 from collector.monitoring.alerts import (
     AlertEvent,
     AlertSpec,
@@ -103,7 +104,7 @@ class AlertBook:
         return events
 
 
-class AlertEvaluator:
+class AlertEvaluator(BackgroundWorker):
     """Evaluates `monitoring.alerts` on its own thread; `evaluate_once` is one round."""
 
     def __init__(
@@ -122,16 +123,7 @@ class AlertEvaluator:
         self._timeout = query_timeout
         self._clock = clock
         self._specs = [(rule, AlertSpec.of(rule)) for rule in config.alerts]
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ragpulse-alerts", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 15.0) -> None:
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        super().__init__("ragpulse-alerts")
 
     def _run(self) -> None:
         while not self._stopping.is_set():

@@ -186,12 +186,11 @@ class JudgeStage:
 
     def _count(self, score: Score) -> None:
         self._metrics.judge_calls.labels("error" if score.status == "error" else "ok").inc()
-        tokens = (score.judge_input_tokens or 0) + (score.judge_output_tokens or 0)
         self._metrics.judge_tokens.labels("input").inc(score.judge_input_tokens or 0)
         self._metrics.judge_tokens.labels("output").inc(score.judge_output_tokens or 0)
         if score.latency_ms is not None:
             self._metrics.judge_seconds.observe(score.latency_ms / 1000)
-        self._budget.used_tokens(tokens, self._clock())
+        self._budget.used_tokens(score.judge_tokens, self._clock())
 
     def _store_finished(self) -> int:
         with self._lock:
