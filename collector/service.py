@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 
 from collector.api import Api
 from collector.config import Config
+from collector.dashboard.api import DashboardApi
 from collector.exporters.evaluations import EvaluationExporter
 from collector.exporters.forwarder import Forwarder
 from collector.exporters.webhooks import WebhookNotifier
@@ -144,7 +145,8 @@ class Service:
 
         http_receiver = OtlpHttpReceiver(cfg.receivers, pipeline, self.metrics)
         api = Api(self.store, self.metrics, cfg.sql, self.assembler, health=self.health)
-        app = Starlette(routes=[*http_receiver.routes(), *api.routes()])
+        dashboard = DashboardApi(self.store, cfg.sql)
+        app = Starlette(routes=[*http_receiver.routes(), *api.routes(), *dashboard.routes()])
         self._http_socket = _listen(cfg.receivers.host, cfg.receivers.http_port)
         # Written once both sockets listen (connections queue from here), before /healthz answers,
         # so a client that saw the server healthy also finds the sidecar.

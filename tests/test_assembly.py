@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,6 +347,21 @@ def test_a_full_assembly_backlog_refuses_exports_with_a_retryable_status(tmp_pat
         stored = count(svc, f"SELECT count(*) AS n FROM spans WHERE trace_id = '{trace_id_of(3)}'")
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert stored == 0
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="threads have their own priority on Linux only"
+)
+def test_the_assembler_thread_yields_the_cpu_to_the_receivers(tmp_path: Path) -> None:
+    """`assembler.thread_nice` lowers the assembler thread's priority, and only that thread's."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(thread_nice=7))):
+        (assembler,) = [t for t in threading.enumerate() if t.name == "ragpulse-assembler"]
+        writer = next(t for t in threading.enumerate() if t.name == "ragpulse-writer")
+        assert assembler.native_id is not None and writer.native_id is not None
+        tid = assembler.native_id
+        wait_for(lambda: os.getpriority(os.PRIO_PROCESS, tid) == min(19, base + 7), timeout=5)
+        assert os.getpriority(os.PRIO_PROCESS, writer.native_id) == base
 
 
 def test_trace_without_root_is_assembled_at_max_wait_from_its_earliest_orphan(tmp_path: Path) -> None:

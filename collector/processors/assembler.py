@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -104,6 +105,17 @@ class _HeldBatch:
     spans: pa.Table
     events: pa.Table
     waiting: int  # traces with spans in this batch that are not assembled yet
+
+
+def lower_thread_priority(niceness: int) -> None:
+    """Lower the calling thread's CPU priority (Linux schedules threads apart: a thread id is a
+    process id to `setpriority`). Elsewhere, or where the OS refuses, the thread keeps its priority."""
+    if not niceness or not sys.platform.startswith("linux"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+    except OSError:
+        log.warning("could not lower the assembler thread's priority; it runs at normal priority")
 
 
 class TraceAssembler:
@@ -204,6 +216,7 @@ class TraceAssembler:
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
+        lower_thread_priority(self._config.thread_nice)
         try:
             self._recover()
         except Exception:

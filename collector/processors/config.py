@@ -19,7 +19,7 @@ class AssemblerConfig(Section):
     max_held_spans: int = Field(50_000, gt=0)
     # Traces waiting for assembly (incomplete or ready); past it, exports are refused with a
     # retryable status until assembly catches up.
-    max_backlog: int = Field(500_000, gt=0)
+    max_backlog: int = Field(100_000, gt=0)
     poll_interval: float = Field(0.25, gt=0, le=10)
     # Processes that map traces beside the service (0: map in the assembler thread). Mapping is
     # pure Python; in its own processes it does not compete with the receivers for the GIL.
@@ -28,6 +28,10 @@ class AssemblerConfig(Section):
     # wins over mapping them: ingest keeps its rate and assembly catches up when the load drops
     # (in-flight traces stay bounded by max_traces). 0 gives mapping the receivers' priority.
     worker_nice: int = Field(10, ge=0, le=19)
+    # The same for the assembler's own thread in the service, which writes the mapped and scored
+    # rows (Linux only: threads have their own priority there). During a burst that saturates the
+    # CPU, receiving keeps more of it; assembly catches up when the load drops.
+    thread_nice: int = Field(10, ge=0, le=19)
     enabled: bool = True
 
 

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""The dashboard API on a large store: how long `GET /api/overview` and a filtered `GET /api/traces`
+take over 1 million traces (13 million scores), through a running `ragpulse serve`.
+
+The store is generated here (and kept for re-runs with `--db`): `--traces` traces spread over the
+last `--days` days, 3 services, with the 13 default score names per trace, written through the
+store's own write path (so `score_aggregates` is maintained as `serve` maintains it). Then
+`ragpulse serve --db F` starts on it, and each request is timed from the client, as the median of
+`--repeat` runs after one warm-up.
+
+    .venv/bin/python bench/api.py                          # 1,000,000 traces over 7 days
+    .venv/bin/python bench/api.py --traces 100000 --db /tmp/api-100k.duckdb
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from collector.monitoring.windows import utc_now  # noqa: E402
+from collector.store.duckdb_store import DuckDBStore  # noqa: E402
+from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES  # noqa: E402
+from collector.store.trace_rows import TraceTables  # noqa: E402
+from tests.helpers import free_port, wait_for  # noqa: E402
+
+NAMES = [
+    "retrieval.hit@5",
+    "retrieval.recall@5",
+    "retrieval.precision@5",
+    "retrieval.mrr",
+    "retrieval.ndcg@5",
+    "retrieval.map",
+    "context_precision",
+    "context_recall",
+    "context_relevance",
+    "faithfulness",
+    "answer_relevance",
+    "citation",
+    "entity_recall",
+]
+SERVICES = ["shop-bot", "support-bot", "search-bot"]
+QUESTIONS = [
+    "How long do I have to ask for a refund?",
+    "Do you ship to Canada?",
+    "How do I reset my password?",
+]
+CHUNK = 50_000  # traces per write
+
+
+def generate(db: Path, traces: int, days: float) -> None:
+    rng = random.Random(1)
+    now = utc_now()
+    started = time.perf_counter()
+    with DuckDBStore(db) as store:
+        for offset in range(0, traces, CHUNK):
+            n = min(CHUNK, traces - offset)
+            ids = [f"{i:032x}" for i in range(offset, offset + n)]
+            starts = [now - timedelta(seconds=rng.random() * days * 86400) for _ in range(n)]
+            services = [SERVICES[i % 3] for i in range(offset, offset + n)]
+            retrieval = [rng.uniform(20, 200) for _ in range(n)]
+            generation = [rng.uniform(200, 2000) for _ in range(n)]
+            trace_rows = TRACES.arrow_table(
+                {
+                    "trace_id": ids,
+                    "service_name": services,
+                    "start_time": starts,
+                    "end_time": starts,
+                    "duration_ms": [r + g + 10 for r, g in zip(retrieval, generation, strict=True)],
+                    "question": [QUESTIONS[i % 3] for i in range(n)],
+                    "answer": ["You can ask within 30 days of delivery."] * n,
+                    "status": ["error" if rng.random() < 0.01 else "ok" for _ in range(n)],
+                    "convention": ["openinference"] * n,
+                    "retrieval_ms": retrieval,
+                    "generation_ms": generation,
+                    "input_tokens": [400] * n,
+                    "output_tokens": [50] * n,
+                    "step_count": [3] * n,
+                    "sample_decision": ["deterministic"] * n,
+                },
+                n,
+            )
+            m = n * len(NAMES)
+            values = [rng.choice([1.0, 1.0, 1.0, 0.0, rng.random()]) for _ in range(m)]
+            score_rows = SCORES.arrow_table(
+                {
+                    "trace_id": [t for t in ids for _ in NAMES],
+                    "span_id": ["0" * 16] * m,
+                    "name": NAMES * n,
+                    "value": values,
+                    "status": ["pass" if v >= 0.5 else "fail" for v in values],
+                    "service_name": [s for s in services for _ in NAMES],
+                    "bucket": [b.replace(second=0, microsecond=0) for b in starts for _ in NAMES],
+                    "created_at": [b for b in starts for _ in NAMES],
+                    "evaluator": ["deterministic"] * m,
+                    "revision": [1] * m,
+                },
+                m,
+            )
+            empty_steps, empty_docs = (
+                STEPS.arrow_schema().empty_table(),
+                DOCUMENTS.arrow_schema().empty_table(),
+            )
+            store.write_traces(TraceTables(trace_rows, empty_steps, empty_docs, scores=score_rows), [])
+            print(f"  {offset + n:,} traces written ({time.perf_counter() - started:.0f} s)", flush=True)
+        store.checkpoint()
+
+
+REQUESTS = [
+    ("overview, 24 h", "/api/overview", {"since": "24h"}),
+    ("overview, 7 d", "/api/overview", {"since": "7d"}),
+    ("overview, 24 h, one service", "/api/overview", {"since": "24h", "service": "shop-bot"}),
+    ("traces, 24 h, newest 50", "/api/traces", {"since": "24h"}),
+    (
+        "traces, 24 h, faithfulness below 0.5",
+        "/api/traces",
+        {"since": "24h", "score": "faithfulness", "below": "0.5"},
+    ),
+    (
+        "traces, 24 h, failing recall, one service",
+        "/api/traces",
+        {"since": "24h", "failing": "retrieval.recall@5", "service": "shop-bot"},
+    ),
+    ("traces, 24 h, text 'refund'", "/api/traces", {"since": "24h", "q": "refund"}),
+    ("traces, 24 h, worst first", "/api/traces", {"since": "24h", "sort": "worst", "order": "asc"}),
+    (
+        "traces, 7 d, failing faithfulness, page 10",
+        "/api/traces",
+        {"since": "7d", "failing": "faithfulness", "offset": "450"},
+    ),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--db", type=Path, default=Path("/tmp/ragpulse-api-bench.duckdb"))
+    parser.add_argument("--traces", type=int, default=1_000_000)
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--regenerate", action="store_true")
+    args = parser.parse_args()
+    if args.regenerate or not args.db.exists():
+        args.db.unlink(missing_ok=True)
+        print(f"generating {args.traces:,} traces ({args.traces * len(NAMES):,} scores) in {args.db}")
+        generate(args.db, args.traces, args.days)
+    http_port = free_port()
+    with tempfile.TemporaryDirectory() as workdir:
+        command = [str(ROOT / ".venv/bin/ragpulse"), "serve", "--db", str(args.db)]
+        command += ["--grpc-port", str(free_port()), "--http-port", str(http_port)]
+        log = (Path(workdir) / "serve.log").open("wb")
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+        url = f"http://127.0.0.1:{http_port}"
+        try:
+            wait_for(lambda: _up(url), timeout=120, what="ragpulse serve")
+            with httpx.Client(base_url=url, timeout=60) as client:
+                for label, path, params in REQUESTS:
+                    client.get(path, params=params).raise_for_status()  # warm-up
+                    times = []
+                    for _ in range(args.repeat):
+                        started = time.perf_counter()
+                        response = client.get(path, params=params)
+                        times.append(time.perf_counter() - started)
+                        response.raise_for_status()
+                    body = response.json()
+                    size = f"total {body['total']:,}" if "total" in body else f"{len(body['scores'])} scores"
+                    print(
+                        f"{label}: {statistics.median(times) * 1000:.0f} ms median of {args.repeat} "
+                        f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}; {size})"
+                    )
+        finally:
+            server.terminate()
+            server.wait(60)
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The read-only JSON API's queries: the overview, the trace list, one trace, alerts.
+
+Each builder returns one SELECT over the same tables SQL users see, run through the store's read-only
+SQL guard; values from the request are validated or quoted here, never pasted raw. Shaping the rows
+into the API's JSON is plain functions, so both halves are testable without a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from collector.monitoring.windows import Window, sql_string
+
+SortKey = Literal["start_time", "duration_ms", "worst"]
+SORT_KEYS: tuple[SortKey, ...] = ("start_time", "duration_ms", "worst")
+MAX_PAGE = 500
+# Text shown per trace in the list (the whole text is in the trace view).
+PREVIEW_CHARS = 240
+
+
+def bucket_seconds(window: Window, points: int = 60) -> int:
+    """A chart bucket for the window: about `points` points, in whole minutes (scores are kept per
+    minute), at least one minute."""
+    seconds = window.seconds / points
+    return max(60, round(seconds / 60) * 60)
+
+
+def _service(column: str, service: str | None) -> str:
+    return "" if service is None else f" AND {column} = {sql_string(service)}"
+
+
+def score_summary_sql(window: Window, service: str | None) -> str:
+    """Per score name over the window: counts, mean of values, pass and error rates."""
+    return (
+        "SELECT name, sum(n) AS n, sum(n_pass) AS n_pass, sum(n_fail) AS n_fail, sum(n_error) AS n_error, "
+        "sum(n_skipped) AS n_skipped, sum(sum) / nullif(sum(n_pass) + sum(n_fail), 0) AS mean, "
+        "sum(n_pass) / nullif(sum(n) - sum(n_skipped), 0) AS pass_rate, "
+        "sum(n_error) / nullif(sum(n) - sum(n_skipped), 0) AS error_rate "
+        f"FROM score_aggregates WHERE {window.sql('bucket')}{_service('service_name', service)} "
+        "GROUP BY name ORDER BY name"
+    )
+
+
+def score_series_sql(window: Window, service: str | None, step: int) -> str:
+    """Per chart bucket and score name: mean, pass rate, error rate, count."""
+    return (
+        f"SELECT time_bucket(INTERVAL {step} SECOND, bucket) AS t, name, sum(n) AS n, "
+        "sum(sum) / nullif(sum(n_pass) + sum(n_fail), 0) AS mean, "
+        "sum(n_pass) / nullif(sum(n) - sum(n_skipped), 0) AS pass_rate, "
+        "sum(n_error) / nullif(sum(n) - sum(n_skipped), 0) AS error_rate "
+        f"FROM score_aggregates WHERE {window.sql('bucket')}{_service('service_name', service)} "
+        "GROUP BY ALL ORDER BY t, name"
+    )
+
+
+def traffic_series_sql(window: Window, service: str | None, step: int) -> str:
+    """Per chart bucket: traces, errors, and latency (total, retrieval, generation)."""
+    return (
+        f"SELECT time_bucket(INTERVAL {step} SECOND, start_time) AS t, count(*) AS traces, "
+        "count(*) FILTER (status = 'error') AS errors, "
+        "quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms, "
+        "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms "
+        f"FROM traces WHERE {window.sql('start_time')}{_service('service_name', service)} "
+        "GROUP BY ALL ORDER BY t"
+    )
+
+
+def services_sql(window: Window) -> str:
+    """Per service over the window: traces, errors, latency, tokens."""
+    return (
+        "SELECT service_name, count(*) AS traces, count(*) FILTER (status = 'error') AS errors, "
+        "quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms, "
+        "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms, "
+        "sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens "
+        f"FROM traces WHERE {window.sql('start_time')} GROUP BY ALL ORDER BY traces DESC"
+    )
+
+
+def judge_usage_sql(window: Window, service: str | None) -> str:
+    """Judge calls (a judge score each), their errors, tokens and latency over the window."""
+    return (
+        "SELECT count(*) AS calls, count(*) FILTER (status = 'error') AS errors, "
+        "coalesce(sum(judge_input_tokens), 0) AS input_tokens, "
+        "coalesce(sum(judge_output_tokens), 0) AS output_tokens, avg(latency_ms) AS mean_latency_ms "
+        f"FROM scores WHERE evaluator = 'judge' AND {window.sql('bucket')}{_service('service_name', service)}"
+    )
+
+
+FIRING_ALERTS_SQL = (
+    "SELECT alert, service_name, severity, score, condition, value, n, started_at, evaluated_at "
+    "FROM alerts WHERE state = 'firing' ORDER BY started_at"
+)
+
+
+@dataclass(frozen=True)
+class TraceFilter:
+    """The trace list's filters, sort and page."""
+
+    window: Window
+    service: str | None = None
+    status: str | None = None  # traces.status: ok | error
+    score: str | None = None  # with `below`: traces whose score `score` is below the value
+    below: float | None = None
+    failing: str | None = None  # traces with this score failed or errored
+    text: str | None = None  # in the question or the answer, any case
+    sort: SortKey = "start_time"
+    descending: bool = True
+    limit: int = 50
+    offset: int = 0
+
+    def where(self) -> str:
+        scores_in_window = f"SELECT trace_id FROM scores WHERE {self.window.sql('bucket')}"
+        clauses = [self.window.sql("t.start_time")]
+        if self.service is not None:
+            clauses.append(f"t.service_name = {sql_string(self.service)}")
+        if self.status is not None:
+            clauses.append(f"t.status = {sql_string(self.status)}")
+        if self.score is not None and self.below is not None:
+            clauses.append(
+                f"t.trace_id IN ({scores_in_window} AND name = {sql_string(self.score)} "
+                f"AND value < {float(self.below)!r})"
+            )
+        if self.failing is not None:
+            clauses.append(
+                f"t.trace_id IN ({scores_in_window} AND name = {sql_string(self.failing)} "
+                "AND status IN ('fail', 'error'))"
+            )
+        if self.text:
+            needle = sql_string(self.text.lower())
+            clauses.append(f"(contains(lower(t.question), {needle}) OR contains(lower(t.answer), {needle}))")
+        return " AND ".join(clauses)
+
+
+def trace_page_sql(f: TraceFilter) -> str:
+    """One page of the filtered traces, with each one's failing scores and lowest score."""
+    direction = "DESC" if f.descending else "ASC"
+    order = {"start_time": "t.start_time", "duration_ms": "t.duration_ms", "worst": "w.worst"}[f.sort]
+    return f"""
+WITH page AS (
+    SELECT t.trace_id, t.service_name, t.start_time, t.duration_ms, t.status, t.convention,
+        left(t.question, {PREVIEW_CHARS}) AS question, left(t.answer, {PREVIEW_CHARS}) AS answer,
+        t.sample_decision, t.judge_status, t.input_tokens, t.output_tokens, t.step_count,
+        w.worst
+    FROM traces t
+    LEFT JOIN (SELECT trace_id, min(value) AS worst FROM scores WHERE {f.window.sql("bucket")}
+               GROUP BY trace_id) w USING (trace_id)
+    WHERE {f.where()}
+    ORDER BY {order} {direction} NULLS LAST, t.trace_id
+    LIMIT {int(f.limit)} OFFSET {int(f.offset)}
+)
+SELECT page.*,
+    (SELECT list(s.name ORDER BY s.name) FROM scores s
+     WHERE s.trace_id = page.trace_id AND s.status IN ('fail', 'error')) AS failing
+FROM page ORDER BY {order.replace("t.", "page.").replace("w.", "page.")} {direction} NULLS LAST, page.trace_id
+"""
+
+
+def trace_count_sql(f: TraceFilter) -> str:
+    return f"SELECT count(*) AS total FROM traces t WHERE {f.where()}"
+
+
+def trace_sql(trace_id: str) -> str:
+    return f"SELECT * FROM traces WHERE trace_id = {sql_string(trace_id)}"
+
+
+def steps_sql(trace_id: str) -> str:
+    return (
+        "SELECT span_id, parent_span_id, position, kind, name, model, provider, query, input, output, "
+        "start_time, end_time, duration_ms, input_tokens, output_tokens, status "
+        f"FROM steps WHERE trace_id = {sql_string(trace_id)} ORDER BY position"
+    )
+
+
+def documents_sql(trace_id: str) -> str:
+    return (
+        "SELECT span_id, stage, rank, doc_id, content, score FROM documents "
+        f"WHERE trace_id = {sql_string(trace_id)} ORDER BY span_id, stage, rank"
+    )
+
+
+def scores_sql(trace_id: str) -> str:
+    return (
+        "SELECT span_id, name, value, status, threshold, label, explanation, items, evaluator, "
+        "judge_provider, judge_model, prompt_version, judge_input_tokens, judge_output_tokens, latency_ms, "
+        f"created_at FROM scores WHERE trace_id = {sql_string(trace_id)} ORDER BY name"
+    )
+
+
+def spans_sql(trace_id: str) -> str:
+    return (
+        "SELECT span_id, parent_span_id, name, kind, start_time, end_time, duration_ms, status_code "
+        f"FROM spans WHERE trace_id = {sql_string(trace_id)} ORDER BY start_time, span_id"
+    )
+
+
+ALERTS_SQL = "SELECT * FROM alerts ORDER BY state DESC, alert, service_name"
+ALERT_EVENTS_SQL = (
+    "SELECT time, alert, service_name, state, repeat, severity, score, value, n, message "
+    "FROM alert_events ORDER BY time DESC LIMIT 200"
+)
+CANARY_RUNS_SQL = (
+    "SELECT run_id, started_at, finished_at, judge_model, status, pairs, correct, errors, accuracy, "
+    "pass_share, shift, verdicts FROM canary_runs ORDER BY started_at DESC LIMIT 100"
+)
+
+
+def mark_expected(documents: list[dict[str, Any]], expected: list[str] | None) -> list[dict[str, Any]]:
+    """Each document with `expected`: whether its id is one the trace expected (None: no expectation)."""
+    wanted = None if expected is None else set(expected)
+    return [{**d, "expected": None if wanted is None else d["doc_id"] in wanted} for d in documents]

@@ -1,0 +1,178 @@
+"""The dashboard's JSON API against a running service fed by the example app (healthy and degraded
+modes, every trace judged by a test judge): shapes, pagination, filters, sorting, one trace in full,
+bad parameters, and that nothing can be written through it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from collector.service import BackgroundService, Service
+from examples.shop_assistant.runner import run as run_app
+from tests.helpers import fast_assembler, make_config, sql, wait_for
+from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
+
+TRACES_PER_MODE = 12  # the example app's question set
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """One service for the module: 12 healthy and 12 degraded traces, all scored, judge included."""
+
+    def respond(request: RecordedRequest) -> str:
+        messages = request.json["messages"]
+        return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
+
+    tmp_path = tmp_path_factory.mktemp("dashboard")
+    with OpenAIStub(responder=respond) as judge:
+        config = make_config(
+            tmp_path,
+            assembler=fast_assembler(),
+            sampling={"judge_rate": 1.0, "budget": {"judge_calls_per_minute": None}},
+            judge={"base_url": judge.base_url, "model": "judge-test", "api_key": "test", "max_retries": 0},
+        )
+        with BackgroundService(config) as service:
+            endpoint = f"127.0.0.1:{service.grpc_port}"
+            for mode in ("healthy", "degraded"):
+                assert run_app(endpoint, mode=mode, labels=True, latency=0.05).ok
+            done = "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'"
+            wait_for(lambda: sql(service, done)[0]["n"] == 2 * TRACES_PER_MODE, timeout=60)
+            yield service
+
+
+def get(service: Service, path: str, /, **params: Any) -> httpx.Response:
+    return httpx.get(f"{service.http_url}{path}", params=params, timeout=30)
+
+
+def ok(service: Service, path: str, /, **params: Any) -> dict[str, Any]:
+    response = get(service, path, **params)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_overview_has_scores_trends_traffic_services_and_judge_usage(served: Service) -> None:
+    body = ok(served, "/api/overview", since="1h")
+    scores = {s["name"]: s for s in body["scores"]}
+    recall = scores["retrieval.recall@5"]
+    # Half the traces (degraded) retrieve from the wrong index: recall fails on them.
+    assert recall["n"] == 2 * TRACES_PER_MODE and recall["n_fail"] >= TRACES_PER_MODE
+    assert 0 <= recall["mean"] <= 0.5 and recall["pass_rate"] <= 0.5
+    assert "faithfulness" in scores
+    assert body["score_series"] and {"t", "name", "mean", "pass_rate", "error_rate", "n"} <= set(
+        body["score_series"][0]
+    )
+    assert sum(p["traces"] for p in body["traffic"]) == 2 * TRACES_PER_MODE
+    assert body["traffic"][0]["retrieval_ms"] is not None and body["traffic"][0]["generation_ms"] is not None
+    assert [s["service_name"] for s in body["services"]] == ["shop-assistant"]
+    assert body["judge"]["calls"] > 0 and body["judge"]["input_tokens"] > 0
+    assert body["firing_alerts"] == []
+    assert body["bucket_seconds"] == 60
+    # Another service: empty, not an error.
+    empty = ok(served, "/api/overview", since="1h", service="nobody")
+    assert empty["scores"] == [] and empty["traffic"] == [] and empty["judge"]["calls"] == 0
+
+
+def test_trace_list_pages_through_every_trace_once(served: Service) -> None:
+    first = ok(served, "/api/traces", since="1h", limit=10)
+    assert first["total"] == 2 * TRACES_PER_MODE and len(first["traces"]) == 10
+    seen = []
+    for offset in range(0, first["total"], 10):
+        seen += [
+            t["trace_id"] for t in ok(served, "/api/traces", since="1h", limit=10, offset=offset)["traces"]
+        ]
+    assert len(seen) == len(set(seen)) == 2 * TRACES_PER_MODE
+    starts = [t["start_time"] for t in first["traces"]]
+    assert starts == sorted(starts, reverse=True)  # newest first by default
+
+
+def test_filters_narrow_the_list(served: Service) -> None:
+    failing = ok(served, "/api/traces", since="1h", failing="retrieval.recall@5", limit=100)
+    assert failing["total"] >= TRACES_PER_MODE
+    assert all("retrieval.recall@5" in t["failing"] for t in failing["traces"])
+    below = ok(served, "/api/traces", since="1h", score="retrieval.recall@5", below=0.5, limit=100)
+    assert below["total"] == failing["total"]
+    assert all(t["worst"] is not None and t["worst"] < 0.5 for t in below["traces"])
+    refund = ok(served, "/api/traces", since="1h", q="REFUND", limit=100)
+    assert 0 < refund["total"] < 2 * TRACES_PER_MODE
+    assert all("refund" in (t["question"] + (t["answer"] or "")).lower() for t in refund["traces"])
+    assert ok(served, "/api/traces", since="1h", service="nobody")["total"] == 0
+    assert ok(served, "/api/traces", since="1h", status="error")["total"] == 0
+
+
+def test_sorting_by_duration_and_by_worst_score(served: Service) -> None:
+    fastest = ok(served, "/api/traces", since="1h", sort="duration_ms", order="asc", limit=100)["traces"]
+    durations = [t["duration_ms"] for t in fastest]
+    assert durations == sorted(durations)
+    worst = ok(served, "/api/traces", since="1h", sort="worst", order="asc", limit=100)["traces"]
+    values = [t["worst"] for t in worst]
+    assert values == sorted(values) and values[0] == 0.0
+
+
+def test_one_trace_in_full(served: Service) -> None:
+    (listed,) = ok(served, "/api/traces", since="1h", failing="retrieval.recall@5", limit=1)["traces"]
+    body = ok(served, f"/api/traces/{listed['trace_id']}")
+    trace = body["trace"]
+    assert trace["trace_id"] == listed["trace_id"] and trace["question"] and trace["answer"]
+    assert [s["position"] for s in body["steps"]] == sorted(s["position"] for s in body["steps"])
+    assert {"retrieval", "llm"} <= {s["kind"] for s in body["steps"]}
+    retrieved = [d for d in body["documents"] if d["stage"] == "retrieved"]
+    assert retrieved and all(d["expected"] is False for d in retrieved)  # the wrong index
+    assert len(body["spans"]) >= len(body["steps"])
+    by_name = {s["name"]: s for s in body["scores"]}
+    assert by_name["retrieval.recall@5"]["status"] == "fail"
+    judged = [s for s in body["scores"] if s["evaluator"] == "judge"]
+    assert judged and all(s["judge_model"] == "judge-test" for s in judged)
+    faithfulness = by_name["faithfulness"]
+    assert faithfulness["evaluator"] == "judge" and faithfulness["items"]
+    assert {"text", "ok", "evidence"} <= set(faithfulness["items"][0])
+    healthy = ok(served, "/api/traces", since="1h", sort="worst", order="desc", limit=1)["traces"][0]
+    documents = ok(served, f"/api/traces/{healthy['trace_id']}")["documents"]
+    assert any(d["expected"] for d in documents)
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "message"),
+    [
+        ("/api/traces", {"limit": "0"}, "limit: between 1 and 500"),
+        ("/api/traces", {"limit": "many"}, "limit: an integer"),
+        ("/api/traces", {"sort": "question"}, "sort: one of"),
+        ("/api/traces", {"order": "sideways"}, "order: asc or desc"),
+        ("/api/traces", {"score": "faithfulness"}, "score and below go together"),
+        ("/api/traces", {"score": "faithfulness", "below": "low"}, "below: a number"),
+        ("/api/overview", {"since": "forever"}, "since: not a duration"),
+        ("/api/overview", {"until": "tomorrow"}, "until: not an ISO 8601 time"),
+        ("/api/traces/not-a-trace", {}, "trace_id: a hex trace id"),
+    ],
+)
+def test_bad_parameters_are_400_with_the_reason(
+    served: Service, path: str, params: dict, message: str
+) -> None:
+    response = get(served, path, **params)
+    assert response.status_code == 400
+    assert message in response.json()["error"]
+
+
+def test_unknown_trace_is_404(served: Service) -> None:
+    response = get(served, "/api/traces/" + "ab" * 16)
+    assert response.status_code == 404 and "no assembled trace" in response.json()["error"]
+
+
+def test_nothing_can_be_written_through_the_api(served: Service) -> None:
+    before = sql(served, "SELECT count(*) AS n FROM traces")[0]["n"]
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        for path in ("/api/overview", "/api/traces", "/api/traces/" + "ab" * 16, "/api/alerts"):
+            assert httpx.request(method, f"{served.http_url}{path}", timeout=10).status_code == 405
+    # Text that would end a SQL string is only ever a value.
+    hostile = "x'); DELETE FROM traces; SELECT ('"
+    assert ok(served, "/api/traces", since="1h", q=hostile, service=hostile, failing=hostile)["total"] == 0
+    assert sql(served, "SELECT count(*) AS n FROM traces")[0]["n"] == before
+
+
+def test_alerts_endpoint_lists_states_events_and_canary_runs(served: Service) -> None:
+    body = ok(served, "/api/alerts")
+    assert body == {"alerts": [], "events": [], "canary_runs": []}
