@@ -33,23 +33,9 @@ from collector.monitoring.windows import utc_now  # noqa: E402
 from collector.store.duckdb_store import DuckDBStore  # noqa: E402
 from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES  # noqa: E402
 from collector.store.trace_rows import TraceTables  # noqa: E402
-from tests.helpers import free_port, wait_for  # noqa: E402
+from tests.helpers import DEFAULT_SCORE_NAMES, free_port, wait_for  # noqa: E402
 
-NAMES = [
-    "retrieval.hit@5",
-    "retrieval.recall@5",
-    "retrieval.precision@5",
-    "retrieval.mrr",
-    "retrieval.ndcg@5",
-    "retrieval.map",
-    "context_precision",
-    "context_recall",
-    "context_relevance",
-    "faithfulness",
-    "answer_relevance",
-    "citation",
-    "entity_recall",
-]
+NAMES = sorted(DEFAULT_SCORE_NAMES)  # the 13 scores of the default evaluators
 SERVICES = ["shop-bot", "support-bot", "search-bot"]
 QUESTIONS = [
     "How long do I have to ask for a refund?",
@@ -67,7 +53,11 @@ def generate(db: Path, traces: int, days: float) -> None:
         for offset in range(0, traces, CHUNK):
             n = min(CHUNK, traces - offset)
             ids = [f"{i:032x}" for i in range(offset, offset + n)]
-            starts = [now - timedelta(seconds=rng.random() * days * 86400) for _ in range(n)]
+            # Traces arrive in time order, as they do in production (DuckDB's min/max per row group
+            # then skips most of the table for a recent window).
+            first = days * 86400 * (1 - offset / traces)
+            width = days * 86400 * n / traces
+            starts = sorted(now - timedelta(seconds=first - rng.random() * width) for _ in range(n))
             services = [SERVICES[i % 3] for i in range(offset, offset + n)]
             retrieval = [rng.uniform(20, 200) for _ in range(n)]
             generation = [rng.uniform(200, 2000) for _ in range(n)]

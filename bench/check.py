@@ -35,23 +35,9 @@ from collector.monitoring.gates import Gate, check_gates  # noqa: E402
 from collector.monitoring.regression import Baseline, RegressionSettings, compare  # noqa: E402
 from collector.monitoring.windows import Window, utc_now  # noqa: E402
 from collector.store.duckdb_store import DuckDBStore  # noqa: E402
-from tests.helpers import seed_scores  # noqa: E402
+from tests.helpers import DEFAULT_SCORE_NAMES, seed_scores  # noqa: E402
 
-NAMES = [
-    "retrieval.hit@5",
-    "retrieval.recall@5",
-    "retrieval.precision@5",
-    "retrieval.mrr",
-    "retrieval.ndcg@5",
-    "retrieval.map",
-    "context_precision",
-    "context_recall",
-    "context_relevance",
-    "faithfulness",
-    "answer_relevance",
-    "citation",
-    "entity_recall",
-]
+NAMES = sorted(DEFAULT_SCORE_NAMES)  # the 13 scores of the default evaluators
 SERVICES = ["shop-bot", "support-bot", "search-bot"]
 CHUNK = 500_000
 GATES = ["--min", "faithfulness=0.8", "--min-pass-rate", "retrieval.recall@5=0.7", "--max-error-rate", "0.05"]

@@ -86,13 +86,20 @@ def test_trace_list_pages_through_every_trace_once(served: Service) -> None:
             t["trace_id"] for t in ok(served, "/api/traces", since="1h", limit=10, offset=offset)["traces"]
         ]
     assert len(seen) == len(set(seen)) == 2 * TRACES_PER_MODE
+    beyond = ok(served, "/api/traces", since="1h", limit=10, offset=100)
+    assert beyond["total"] == 2 * TRACES_PER_MODE and beyond["traces"] == []  # the total, past the end too
+    assert "total" not in first["traces"][0]
     starts = [t["start_time"] for t in first["traces"]]
     assert starts == sorted(starts, reverse=True)  # newest first by default
 
 
 def test_filters_narrow_the_list(served: Service) -> None:
     failing = ok(served, "/api/traces", since="1h", failing="retrieval.recall@5", limit=100)
-    assert failing["total"] >= TRACES_PER_MODE
+    assert failing["total"] >= TRACES_PER_MODE and failing["total"] == len(failing["traces"])
+    paged = ok(served, "/api/traces", since="1h", failing="retrieval.recall@5", limit=5, offset=5)
+    assert paged["total"] == failing["total"] and "total" not in paged["traces"][0]
+    past = ok(served, "/api/traces", since="1h", failing="retrieval.recall@5", limit=5, offset=500)
+    assert past["total"] == failing["total"] and past["traces"] == []
     assert all("retrieval.recall@5" in t["failing"] for t in failing["traces"])
     below = ok(served, "/api/traces", since="1h", score="retrieval.recall@5", below=0.5, limit=100)
     assert below["total"] == failing["total"]

@@ -30,13 +30,20 @@ def _service(column: str, service: str | None) -> str:
     return "" if service is None else f" AND {column} = {sql_string(service)}"
 
 
+# Over summed `score_aggregates` rows: the figures `ragpulse check` gates on (the mean over scores
+# with a value, the pass and error rates over scores that applied).
+_FIGURES = (
+    "sum(sum) / nullif(sum(n_pass) + sum(n_fail), 0) AS mean, "
+    "sum(n_pass) / nullif(sum(n) - sum(n_skipped), 0) AS pass_rate, "
+    "sum(n_error) / nullif(sum(n) - sum(n_skipped), 0) AS error_rate"
+)
+
+
 def score_summary_sql(window: Window, service: str | None) -> str:
     """Per score name over the window: counts, mean of values, pass and error rates."""
     return (
         "SELECT name, sum(n) AS n, sum(n_pass) AS n_pass, sum(n_fail) AS n_fail, sum(n_error) AS n_error, "
-        "sum(n_skipped) AS n_skipped, sum(sum) / nullif(sum(n_pass) + sum(n_fail), 0) AS mean, "
-        "sum(n_pass) / nullif(sum(n) - sum(n_skipped), 0) AS pass_rate, "
-        "sum(n_error) / nullif(sum(n) - sum(n_skipped), 0) AS error_rate "
+        f"sum(n_skipped) AS n_skipped, {_FIGURES} "
         f"FROM score_aggregates WHERE {window.sql('bucket')}{_service('service_name', service)} "
         "GROUP BY name ORDER BY name"
     )
@@ -45,10 +52,7 @@ def score_summary_sql(window: Window, service: str | None) -> str:
 def score_series_sql(window: Window, service: str | None, step: int) -> str:
     """Per chart bucket and score name: mean, pass rate, error rate, count."""
     return (
-        f"SELECT time_bucket(INTERVAL {step} SECOND, bucket) AS t, name, sum(n) AS n, "
-        "sum(sum) / nullif(sum(n_pass) + sum(n_fail), 0) AS mean, "
-        "sum(n_pass) / nullif(sum(n) - sum(n_skipped), 0) AS pass_rate, "
-        "sum(n_error) / nullif(sum(n) - sum(n_skipped), 0) AS error_rate "
+        f"SELECT time_bucket(INTERVAL {step} SECOND, bucket) AS t, name, sum(n) AS n, {_FIGURES} "
         f"FROM score_aggregates WHERE {window.sql('bucket')}{_service('service_name', service)} "
         "GROUP BY ALL ORDER BY t, name"
     )
@@ -109,6 +113,10 @@ class TraceFilter:
     limit: int = 50
     offset: int = 0
 
+    @property
+    def filters_scores(self) -> bool:
+        return (self.score is not None and self.below is not None) or self.failing is not None
+
     def where(self) -> str:
         scores_in_window = f"SELECT trace_id FROM scores WHERE {self.window.sql('bucket')}"
         clauses = [self.window.sql("t.start_time")]
@@ -133,26 +141,46 @@ class TraceFilter:
 
 
 def trace_page_sql(f: TraceFilter) -> str:
-    """One page of the filtered traces, with each one's failing scores and lowest score."""
+    """One page of the filtered traces, with each one's lowest score value (`worst`) and the names
+    of its failed or errored scores. With a filter on scores (`filters_scores`), each row also
+    carries `total`, the number of traces the filters match: one pass over the filtered traces gives
+    both. Only the page's traces are looked up in `scores`, except when sorting by the lowest score,
+    which needs it for every trace in the window."""
     direction = "DESC" if f.descending else "ASC"
-    order = {"start_time": "t.start_time", "duration_ms": "t.duration_ms", "worst": "w.worst"}[f.sort]
+    in_window = f.window.sql("s.bucket")
+    # With a filter on scores, counting apart would run that filter twice: count in the same pass.
+    total = "count(*) OVER () AS total, " if f.filters_scores else ""
+    columns = (
+        f"{total}"
+        "t.trace_id, t.service_name, t.start_time, t.duration_ms, t.status, t.convention, "
+        f"left(t.question, {PREVIEW_CHARS}) AS question, left(t.answer, {PREVIEW_CHARS}) AS answer, "
+        "t.sample_decision, t.judge_status, t.input_tokens, t.output_tokens, t.step_count"
+    )
+    if f.sort == "worst":
+        page = (
+            f"SELECT {columns}, w.worst FROM traces t LEFT JOIN (SELECT s.trace_id, min(s.value) AS worst "
+            f"FROM scores s WHERE {in_window} GROUP BY s.trace_id) w USING (trace_id) WHERE {f.where()} "
+            f"ORDER BY w.worst {direction} NULLS LAST, t.trace_id"
+        )
+        order = f"page.worst {direction} NULLS LAST"
+    else:
+        page = (
+            f"SELECT {columns} FROM traces t WHERE {f.where()} "
+            f"ORDER BY t.{f.sort} {direction} NULLS LAST, t.trace_id"
+        )
+        order = f"page.{f.sort} {direction} NULLS LAST"
+    worst = "" if f.sort == "worst" else ", min(s.value) AS worst"
     return f"""
-WITH page AS (
-    SELECT t.trace_id, t.service_name, t.start_time, t.duration_ms, t.status, t.convention,
-        left(t.question, {PREVIEW_CHARS}) AS question, left(t.answer, {PREVIEW_CHARS}) AS answer,
-        t.sample_decision, t.judge_status, t.input_tokens, t.output_tokens, t.step_count,
-        w.worst
-    FROM traces t
-    LEFT JOIN (SELECT trace_id, min(value) AS worst FROM scores WHERE {f.window.sql("bucket")}
-               GROUP BY trace_id) w USING (trace_id)
-    WHERE {f.where()}
-    ORDER BY {order} {direction} NULLS LAST, t.trace_id
-    LIMIT {int(f.limit)} OFFSET {int(f.offset)}
+WITH page AS ({page} LIMIT {int(f.limit)} OFFSET {int(f.offset)}),
+per_trace AS (
+    SELECT s.trace_id{worst},
+        list(s.name ORDER BY s.name) FILTER (s.status IN ('fail', 'error')) AS failing
+    FROM scores s WHERE {in_window} AND s.trace_id IN (SELECT trace_id FROM page)
+    GROUP BY s.trace_id
 )
-SELECT page.*,
-    (SELECT list(s.name ORDER BY s.name) FROM scores s
-     WHERE s.trace_id = page.trace_id AND s.status IN ('fail', 'error')) AS failing
-FROM page ORDER BY {order.replace("t.", "page.").replace("w.", "page.")} {direction} NULLS LAST, page.trace_id
+SELECT page.*{", per_trace.worst" if worst else ""}, coalesce(per_trace.failing, []) AS failing
+FROM page LEFT JOIN per_trace USING (trace_id)
+ORDER BY {order}, page.trace_id
 """
 
 
