@@ -127,6 +127,8 @@ class Service:
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
         )
+        # First: a canary file that cannot be read stops the start before anything else runs.
+        self._start_monitoring(self.store)
         if cfg.assembler.enabled:
             scoring = self._start_scoring(self.store)
             self.assembler = TraceAssembler(self.store, cfg.assembler, self.metrics, scoring=scoring)
@@ -137,7 +139,6 @@ class Service:
         if cfg.exporters.forward_spans and cfg.exporters.otlp.endpoint:
             self.forwarder = Forwarder(cfg.exporters.otlp, self.metrics, cfg.exporters.forward_queue)
             self.forwarder.start()
-        self._start_monitoring(self.store)
         pipeline = IngestPipeline(self.writer, self.metrics, self.forwarder)
 
         self._grpc = OtlpGrpcReceiver(cfg.receivers, pipeline, self.metrics)

@@ -20,7 +20,7 @@ from collector.monitoring.config import AlertRule
 from collector.monitoring.windows import utc_now
 from collector.service import BackgroundService, Service
 from collector.store.base import Store
-from tests.helpers import free_port, make_config, metric, seed_scores, sql, wait_for
+from tests.helpers import free_port, make_config, metric, run_ragpulse, seed_scores, sql, wait_for
 from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
 
 
@@ -390,3 +390,27 @@ def test_canary_calls_count_against_the_judge_budget(tmp_path: Path) -> None:
     # The canaries' two runs, and the pre-run check of the online judge (a judge model is set, so the
     # default evaluators include the judge ones, whose calls come only with traces).
     assert calls == 8 + 1
+
+
+def test_an_unreadable_canary_file_stops_serve_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "ragpulse.yaml"
+    canaries = {"cases": "missing.yaml"}
+    config.write_text(
+        json.dumps(
+            {"judge": {"model": "m", "base_url": "http://127.0.0.1:9"}, "monitoring": {"canaries": canaries}}
+        )
+    )
+    result = run_ragpulse(
+        "serve",
+        "--db",
+        str(tmp_path / "x.duckdb"),
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "Error: monitoring.canaries.cases: missing.yaml: cannot read" in result.stderr
+    assert "Traceback" not in result.stderr and "JUDGE IS NOT ANSWERING" not in result.stderr

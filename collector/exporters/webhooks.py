@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+import orjson
 
 from collector.background import BackgroundWorker
 from collector.monitoring.config import MonitoringConfig, WebhookConfig
@@ -104,7 +105,7 @@ class WebhookNotifier(BackgroundWorker):
         """POST the payload; None when delivered, else why not."""
         if hook is None:
             return "the webhook is no longer configured"
-        body = payload if isinstance(payload, str) else str(payload)
+        body = payload if isinstance(payload, str) else orjson.dumps(payload).decode()
         headers = {"Content-Type": "application/json", **hook.headers}
         try:
             response = self._client.post(hook.url, content=body, headers=headers, timeout=hook.timeout)

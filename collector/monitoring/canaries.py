@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from collector.background import BackgroundWorker
+from collector.config import ConfigError
 from collector.monitoring.alerts import AlertSpec, Observation
 from collector.monitoring.config import CanaryConfig
 from collector.monitoring.evaluator import AlertBook
@@ -40,7 +41,7 @@ from collector.telemetry import Metrics
 from evaluators.calibration import CalibrationCase, CalibrationSet, load_calibration
 from evaluators.parallel import map_in_order
 from evaluators.scores import Score
-from evaluators.suite import case_trace
+from evaluators.suite import SuiteError, case_trace
 from semconv.models import RagTrace
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,11 @@ class CanaryRunner(BackgroundWorker):
         self._store = store
         self._config = config
         self._model = judge_model
-        self._pairs = canary_pairs(load_calibration(Path(config.cases)), config.sample)
+        try:
+            calibration = load_calibration(Path(config.cases))
+        except SuiteError as exc:
+            raise ConfigError(f"monitoring.canaries.cases: {exc}") from None
+        self._pairs = canary_pairs(calibration, config.sample)
         names = sorted({p.evaluator for p in self._pairs})
         self._evaluators = {name: build({"name": name, "judge": True}) for name in names}
         self._budget = budget
