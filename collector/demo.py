@@ -24,7 +24,8 @@ from rich.table import Table
 
 from collector.api_client import ApiClient, ApiError
 from collector.config import Config
-from collector.service import BackgroundService, running_server_url
+from collector.server_file import running_server_url
+from collector.service import BackgroundService
 from collector.sql import QueryError
 from collector.store import StoreConfig, StoreError, StoreLocked, open_store
 

@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -37,6 +36,7 @@ from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoringSetup
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
+from collector.server_file import server_file
 from collector.store import Store, open_store
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
@@ -46,28 +46,6 @@ if TYPE_CHECKING:  # the judge client (and `openai`) loads only when a judge is 
     from evaluators.judge.client import JudgeClient
 
 log = logging.getLogger(__name__)
-
-
-def server_file(db_path: str | Path) -> Path:
-    """Where a running server advertises its API, next to the database file it holds."""
-    return Path(f"{db_path}.server.json")
-
-
-def running_server_url(db_path: str | Path) -> str | None:
-    """The API URL of the live `ragpulse serve` holding `db_path`, if there is one."""
-    path = server_file(db_path)
-    try:
-        info = orjson.loads(path.read_bytes())
-        pid, url = int(info["pid"]), str(info["http_url"])
-    except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return url
 
 
 class _UvicornServer(uvicorn.Server):

@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import Config
-from collector.service import server_file
+from collector.server_file import server_file
 from collector.store.base import Store
 from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES
 from collector.store.trace_rows import TraceTables

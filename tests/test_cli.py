@@ -23,7 +23,7 @@ import orjson
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from collector.service import server_file
+from collector.server_file import server_file
 from tests.helpers import (
     RAGPULSE,
     ServeProcess,

@@ -32,7 +32,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from collector.service import BackgroundService, Service, server_file
+from collector.server_file import server_file
+from collector.service import BackgroundService, Service
 from tests.helpers import (
     ServeProcess,
     key_values,

@@ -6,20 +6,42 @@ stderr and a non-zero exit, never a traceback (`common.user_errors`).
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
-from collector.cli.calibrate import calibrate
-from collector.cli.check import check
 from collector.cli.common import config_option
-from collector.cli.datasets import datasets
-from collector.cli.demo import demo
-from collector.cli.eval import eval_suite
-from collector.cli.replay import replay
-from collector.cli.serve import serve
-from collector.cli.sql import sql
+
+# Command name -> "module:function". A command's module (and what it needs: the service, the judge
+# client, ...) loads only when that command runs, so `ragpulse sql` or `check` start quickly.
+COMMANDS = {
+    "serve": "collector.cli.serve:serve",
+    "sql": "collector.cli.sql:sql",
+    "replay": "collector.cli.replay:replay",
+    "datasets": "collector.cli.datasets:datasets",
+    "demo": "collector.cli.demo:demo",
+    "eval": "collector.cli.eval:eval_suite",
+    "calibrate": "collector.cli.calibrate:calibrate",
+    "check": "collector.cli.check:check",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are imported when used (click's documented pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return super().get_command(ctx, name)
+        module, attribute = COMMANDS[name].split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @config_option
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
@@ -27,8 +49,5 @@ def main(ctx: click.Context, config_path: str | None) -> None:
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
 
-
-for command in (serve, sql, replay, datasets, demo, eval_suite, calibrate, check):
-    main.add_command(command)
 
 __all__ = ["main"]

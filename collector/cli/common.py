@@ -14,7 +14,7 @@ from collector.api_client import ApiClient, ApiError
 from collector.config import Config, ConfigError, load_config
 from collector.datasets import DatasetError
 from collector.replay import ReplayError
-from collector.service import running_server_url
+from collector.server_file import running_server_url
 from collector.sql import QueryError
 from collector.store import StoreError, StoreLocked, open_store
 from evaluators.embeddings import EmbeddingError
