@@ -20,6 +20,7 @@ from collector.monitoring.config import AlertRule
 from collector.monitoring.windows import utc_now
 from collector.service import BackgroundService, Service
 from collector.store.base import Store
+from collector.store.duckdb_store import DuckDBStore
 from tests.helpers import free_port, make_config, metric, run_ragpulse, seed_scores, sql, wait_for
 from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
 
@@ -414,3 +415,70 @@ def test_an_unreadable_canary_file_stops_serve_with_one_line(tmp_path: Path) -> 
     assert result.returncode == 1
     assert "Error: monitoring.canaries.cases: missing.yaml: cannot read" in result.stderr
     assert "Traceback" not in result.stderr and "JUDGE IS NOT ANSWERING" not in result.stderr
+
+
+def test_a_webhook_that_keeps_failing_neither_crashes_delivery_nor_starves_the_others(
+    tmp_path: Path, receiver: WebhookReceiver
+) -> None:
+    """A notification already tried 2,000 times (the doubling wait would overflow a float) to a webhook
+    whose header cannot even be sent: the attempt is recorded with its error and the longest wait,
+    and the next webhook's notification goes out in the same pass."""
+    from collector.exporters.webhooks import WebhookNotifier
+    from collector.monitoring.config import MonitoringConfig
+    from collector.store.tables import ALERT_EVENTS, ALERT_NOTIFICATIONS, ALERTS
+    from collector.telemetry import Metrics
+
+    config = MonitoringConfig.model_validate(
+        {
+            "retry_max": 300,
+            "webhooks": [
+                {"name": "a-broken", "url": receiver.url, "headers": {"X-Team": "équipe €"}},
+                {"name": "b-fine", "url": receiver.url},
+            ],
+        }
+    )
+    now = utc_now()
+    rows = {
+        "event_id": ["e1", "e2"],
+        "webhook": ["a-broken", "b-fine"],
+        "payload": ['{"n": 1}', '{"n": 2}'],
+        "created_at": [now, now],
+        "attempts": [2000, 0],
+        "next_attempt_at": [now, now],
+    }
+    with DuckDBStore(tmp_path / "hooks.duckdb") as store:
+        no_states, no_events = ALERTS.arrow_schema().empty_table(), ALERT_EVENTS.arrow_schema().empty_table()
+        store.write_alerts(no_states, no_events, ALERT_NOTIFICATIONS.arrow_table(rows, 2))
+        notifier = WebhookNotifier(store, config, Metrics())
+        assert notifier.deliver_once() == 1
+        left = store.pending_notifications().to_pylist()
+    assert receiver.bodies == [{"n": 2}]
+    (broken,) = left
+    assert broken["attempts"] == 2001 and "UnicodeEncodeError" in broken["last_error"]
+    assert (broken["next_attempt_at"] - now).total_seconds() == pytest.approx(300, abs=5)
+
+
+@pytest.mark.parametrize(
+    ("monitoring", "message"),
+    [
+        (
+            {"alerts": [{"name": "a", "score": "f", "regression": {"baseline": 600}, "window": 3600}]},
+            "regression.baseline must be at least the window",
+        ),
+        (
+            {
+                "alerts": [{"name": "judge-canary-accuracy", "score": "f", "min": 0.5}],
+                "canaries": {"cases": "c.yaml"},
+            },
+            "alert names must be unique; repeated: judge-canary-accuracy",
+        ),
+    ],
+)
+def test_overlapping_windows_and_clashing_alert_names_are_refused(
+    tmp_path: Path, monitoring: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "ragpulse.yaml"
+    path.write_text(json.dumps({"judge": {"model": "m"}, "monitoring": monitoring}))
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    assert message in str(raised.value)

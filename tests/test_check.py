@@ -126,6 +126,8 @@ def test_too_little_data_exits_2_unless_a_gate_fails(tmp_path: Path, seeded: Pat
         (["--since", "soon", "--min", "faithfulness=0.5"], "not a duration"),
         (["--until", "yesterday", "--min", "faithfulness=0.5"], "not an ISO 8601 time"),
         ([], "nothing to check"),
+        (["--regression", "--since", "2h", "--baseline", "1h"], "--baseline must be at least --since"),
+        (["--since", "99999999999d", "--min", "faithfulness=0.5"], "outside the calendar"),
     ],
 )
 def test_mistakes_are_one_line_errors(tmp_path: Path, seeded: Path, args: list[str], message: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -154,6 +155,12 @@ def test_one_trace_in_full(served: Service) -> None:
         ("/api/overview", {"since": "forever"}, "since: not a duration"),
         ("/api/overview", {"until": "tomorrow"}, "until: not an ISO 8601 time"),
         ("/api/traces/not-a-trace", {}, "trace_id: a hex trace id"),
+        ("/api/traces", {"score": "faithfulness", "below": "nan"}, "below: a finite number"),
+        ("/api/traces", {"score": "", "below": "0.5"}, "score and below go together"),
+        ("/api/overview", {"since": "99999999999d"}, "outside the calendar"),
+        ("/api/overview", {"until": "0001-01-01", "since": "1d"}, "outside the calendar"),
+        ("/api/overview", {"until": "0001-01-01T00:00:00+01:00"}, "until: not an ISO 8601 time"),
+        ("/api/traces", {"service": "a\x00b"}, "NUL character"),
     ],
 )
 def test_bad_parameters_are_400_with_the_reason(
@@ -162,6 +169,20 @@ def test_bad_parameters_are_400_with_the_reason(
     response = get(served, path, **params)
     assert response.status_code == 400
     assert message in response.json()["error"]
+
+
+def test_a_trace_in_the_first_partial_minute_keeps_its_scores(served: Service) -> None:
+    """Scores count in their trace's start minute; a window that starts inside a minute still finds
+    the scores of the traces that start in it."""
+    oldest = ok(
+        served, "/api/traces", since="1h", failing="retrieval.recall@5", sort="start_time", order="asc"
+    )
+    first = oldest["traces"][0]
+    start = datetime.fromisoformat(first["start_time"]) - timedelta(milliseconds=500)
+    window = {"since": "1h", "until": (start + timedelta(hours=1)).isoformat()}
+    listed = ok(served, "/api/traces", failing="retrieval.recall@5", sort="start_time", order="asc", **window)
+    assert listed["traces"][0]["trace_id"] == first["trace_id"]
+    assert "retrieval.recall@5" in listed["traces"][0]["failing"]
 
 
 def test_unknown_trace_is_404(served: Service) -> None:

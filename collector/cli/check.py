@@ -134,7 +134,10 @@ def check(
         end = parse_time(until_text) if until_text else utc_now()
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--until") from None
-    window = Window.ending(end, since)
+    try:
+        window = Window.ending(end, since)
+    except OverflowError:
+        raise click.BadParameter("the window falls outside the calendar", param_hint="--since") from None
     samples = min_samples or monitoring.min_samples
     settings = RegressionSettings(
         alpha=alpha or monitoring.alpha,
@@ -143,6 +146,8 @@ def check(
     )
     if recent_version and not baseline_version:
         raise click.UsageError("--version compares with --baseline-version; give both")
+    if regression and not baseline_version and baseline_shift < since:
+        raise click.UsageError("--baseline must be at least --since, so the two windows do not overlap")
     baseline = (
         Baseline(version=baseline_version, recent_version=recent_version)
         if baseline_version

@@ -13,6 +13,7 @@ data SQL sees and can change none of it. A bad parameter is a 400 with `{"error"
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -65,6 +66,8 @@ class DashboardApi:
         return await self._answer(self._alerts, request)
 
     async def _answer(self, handler: Any, request: Request) -> Response:
+        if any("\x00" in value for value in request.query_params.values()):
+            return _Json({"error": "a parameter holds a NUL character"}, status_code=400)
         try:
             body, status = await run_in_threadpool(handler, request)
         except BadParameter as exc:
@@ -102,7 +105,7 @@ class DashboardApi:
         if order not in ("asc", "desc"):
             raise BadParameter("order: asc or desc")
         below = _number(params, "below")
-        if (below is None) != (params.get("score") is None):
+        if (below is None) != (not params.get("score")):
             raise BadParameter("score and below go together: score=NAME&below=VALUE")
         f = TraceFilter(
             window=_window(request),
@@ -169,7 +172,10 @@ def _window(request: Request) -> Window:
         end = parse_time(until) if until else utc_now()
     except ValueError as exc:
         raise BadParameter(f"until: {exc}") from None
-    return Window.ending(end, seconds)
+    try:
+        return Window.ending(end, seconds)
+    except OverflowError:
+        raise BadParameter("since and until: the window falls outside the calendar") from None
 
 
 def _number(params: Any, name: str) -> float | None:
@@ -177,9 +183,12 @@ def _number(params: Any, name: str) -> float | None:
     if raw is None or raw == "":
         return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise BadParameter(f"{name}: a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise BadParameter(f"{name}: a finite number, got {raw!r}")
+    return value
 
 
 def _integer(params: Any, name: str, default: int, low: int, high: int) -> int:

@@ -118,7 +118,7 @@ class TraceFilter:
         return (self.score is not None and self.below is not None) or self.failing is not None
 
     def where(self) -> str:
-        scores_in_window = f"SELECT trace_id FROM scores WHERE {self.window.sql('bucket')}"
+        scores_in_window = f"SELECT trace_id FROM scores WHERE {self.window.whole_minutes().sql('bucket')}"
         clauses = [self.window.sql("t.start_time")]
         if self.service is not None:
             clauses.append(f"t.service_name = {sql_string(self.service)}")
@@ -147,7 +147,7 @@ def trace_page_sql(f: TraceFilter) -> str:
     both. Only the page's traces are looked up in `scores`, except when sorting by the lowest score,
     which needs it for every trace in the window."""
     direction = "DESC" if f.descending else "ASC"
-    in_window = f.window.sql("s.bucket")
+    in_window = f.window.whole_minutes().sql("s.bucket")
     # With a filter on scores, counting apart would run that filter twice: count in the same pass.
     total = "count(*) OVER () AS total, " if f.filters_scores else ""
     columns = (

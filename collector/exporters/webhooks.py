@@ -89,7 +89,8 @@ class WebhookNotifier(BackgroundWorker):
                 self._metrics.alert_notifications.labels(webhook, "delivered").inc()
                 delivered += 1
                 continue
-            wait = min(self._config.retry_max, self._config.retry_initial * 2 ** (attempts - 1))
+            # Doubling, capped (the exponent too: a float overflows past 2 ** 1023).
+            wait = min(self._config.retry_max, self._config.retry_initial * 2 ** min(attempts - 1, 30))
             self._store.update_notification(
                 row["event_id"], webhook, attempts, None, now + timedelta(seconds=wait), error
             )
@@ -109,7 +110,7 @@ class WebhookNotifier(BackgroundWorker):
         headers = {"Content-Type": "application/json", **hook.headers}
         try:
             response = self._client.post(hook.url, content=body, headers=headers, timeout=hook.timeout)
-        except httpx.HTTPError as exc:
+        except Exception as exc:  # any failure is a failed attempt, recorded and retried, never a crash
             return f"{type(exc).__name__}: {exc}"
         if 200 <= response.status_code < 300:
             return None

@@ -58,6 +58,8 @@ class AlertRule(Section):
             )
         if self.score is None and given[0] != "max_error_rate":
             raise ValueError(f"an alert on {given[0]} needs a score")
+        if self.regression is not None and self.regression.baseline < self.window:
+            raise ValueError("regression.baseline must be at least the window, so the two do not overlap")
         return self
 
 
@@ -103,7 +105,10 @@ class MonitoringConfig(Section):
     @model_validator(mode="after")
     def _names(self) -> Self:
         hooks = [w.name for w in self.webhooks]
-        for kind, names in (("webhook", hooks), ("alert", [a.name for a in self.alerts])):
+        alerts = [a.name for a in self.alerts]
+        if self.canaries is not None:
+            alerts += [f"{self.canaries.name}-accuracy", f"{self.canaries.name}-shift"]
+        for kind, names in (("webhook", hooks), ("alert", alerts)):
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
                 raise ValueError(f"{kind} names must be unique; repeated: {', '.join(repeated)}")

@@ -42,10 +42,10 @@ def parse_time(text: str) -> datetime:
     """An ISO 8601 time as naive UTC (a time without offset is taken as UTC)."""
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError):
         raise ValueError(f"not an ISO 8601 time: {text!r}") from None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC).replace(tzinfo=None)
     return moment
 
 
@@ -63,6 +63,11 @@ class Window:
     @property
     def seconds(self) -> float:
         return (self.end - self.start).total_seconds()
+
+    def whole_minutes(self) -> Window:
+        """The window with its start moved back to the minute: the `bucket` of a score is its trace's
+        start minute, so this selects the scores of every trace that starts in the window."""
+        return Window(self.start.replace(second=0, microsecond=0), self.end)
 
     def shifted(self, seconds: float) -> Window:
         """The same window `seconds` earlier (a baseline: the previous day, the same hours last week)."""
