@@ -18,7 +18,9 @@ from collector.store.base import Store
 from collector.telemetry import Metrics
 
 
-class _OrjsonResponse(JSONResponse):
+class OrjsonResponse(JSONResponse):
+    """JSON answers of every API route, encoded with orjson (times, NaN as null)."""
+
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
 
@@ -50,7 +52,7 @@ class Api:
 
     async def healthz(self, request: Request) -> Response:
         """200 while the service serves; the body adds details (the judge's pre-run check)."""
-        return _OrjsonResponse(self._health())
+        return OrjsonResponse(self._health())
 
     async def metrics(self, request: Request) -> Response:
         return Response(self._metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -73,7 +75,7 @@ class Api:
             return self._error(str(exc))
         self._metrics.sql_queries.labels("ok").inc()
         headers = {TRUNCATED_HEADER: "true"} if truncated else None
-        return _OrjsonResponse(records, headers=headers)
+        return OrjsonResponse(records, headers=headers)
 
     def _run(self, query: str, max_rows: int) -> tuple[list[dict[str, Any]], bool]:
         result = self._store.query(query, max_rows, self._sql.timeout)
@@ -85,11 +87,11 @@ class Api:
             payload = orjson.loads(await request.body())
             cases = parse_cases(payload.get("cases"), str(payload.get("source", "api")))
         except (orjson.JSONDecodeError, AttributeError):
-            return _OrjsonResponse({"error": 'body must be JSON: {"cases": [...]}'}, status_code=400)
+            return OrjsonResponse({"error": 'body must be JSON: {"cases": [...]}'}, status_code=400)
         except DatasetError as exc:
-            return _OrjsonResponse({"error": str(exc)}, status_code=400)
+            return OrjsonResponse({"error": str(exc)}, status_code=400)
         await run_in_threadpool(self._write_cases, cases_table(cases, str(payload.get("source", "api"))))
-        return _OrjsonResponse({"loaded": len(cases)})
+        return OrjsonResponse({"loaded": len(cases)})
 
     def _write_cases(self, table: Any) -> None:
         self._store.write_cases(table)
@@ -98,4 +100,4 @@ class Api:
 
     def _error(self, message: str) -> Response:
         self._metrics.sql_queries.labels("error").inc()
-        return _OrjsonResponse({"error": message}, status_code=400)
+        return OrjsonResponse({"error": message}, status_code=400)

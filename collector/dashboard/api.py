@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from collector.api import OrjsonResponse
 from collector.dashboard import queries
 from collector.dashboard.queries import MAX_PAGE, SORT_KEYS, TraceFilter
 from collector.monitoring.windows import Window, parse_duration, parse_time, utc_now
@@ -31,11 +31,6 @@ from collector.store.base import Store
 
 class BadParameter(ValueError):
     """A query parameter that cannot be used; the message names it."""
-
-
-class _Json(JSONResponse):
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
 
 
 class DashboardApi:
@@ -67,14 +62,14 @@ class DashboardApi:
 
     async def _answer(self, handler: Any, request: Request) -> Response:
         if any("\x00" in value for value in request.query_params.values()):
-            return _Json({"error": "a parameter holds a NUL character"}, status_code=400)
+            return OrjsonResponse({"error": "a parameter holds a NUL character"}, status_code=400)
         try:
             body, status = await run_in_threadpool(handler, request)
         except BadParameter as exc:
-            return _Json({"error": str(exc)}, status_code=400)
+            return OrjsonResponse({"error": str(exc)}, status_code=400)
         except QueryError as exc:
-            return _Json({"error": str(exc)}, status_code=500)
-        return _Json(body, status_code=status)
+            return OrjsonResponse({"error": str(exc)}, status_code=500)
+        return OrjsonResponse(body, status_code=status)
 
     def _rows(self, sql: str) -> list[dict[str, Any]]:
         return self._store.query(sql, self._sql.max_rows, self._sql.timeout).records()

@@ -59,10 +59,6 @@ class ScoringSetup:
     judge_entries: list[dict[str, Any]] = field(default_factory=list)
     export_events: bool = False
 
-    @property
-    def has_judge_evaluators(self) -> bool:
-        return bool(self.judge_entries)
-
     @classmethod
     def from_entries(
         cls,
@@ -125,7 +121,7 @@ def score_trace(
 ) -> ScoredTrace:
     """Sample one trace and run the deterministic evaluators when it is sampled."""
     decision = sample(trace, spans, setup.sampling)
-    if decision.judge and not setup.has_judge_evaluators:
+    if decision.judge and not setup.judge_entries:
         decision = Decision("deterministic", decision.reason)
     scores = [evaluate(trace) for evaluate in evaluators] if decision.deterministic else []
     return ScoredTrace(trace, decision, scores)
