@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: install dev demo test lint bench clean
+.PHONY: install dev demo test lint bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,9 @@ install: $(VENV)/.installed  ## .venv/bin/ragpulse
 dev: $(STAMP)
 
 # The guided first run: collector + example app in three modes (writes ./ragpulse-demo.duckdb).
+# `make demo ARGS=--serve` then keeps serving it: the dashboard at http://127.0.0.1:4318/.
 demo: $(VENV)/.installed
-	$(BIN)/ragpulse demo
+	$(BIN)/ragpulse demo $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -37,6 +38,10 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
+
+# The dashboard's pictures in docs/images: the browser tests save each page they look at.
+screenshots: $(STAMP)
+	RAGPULSE_SCREENSHOTS=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/test_dashboard_ui.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,6 +10,7 @@ store's own write path (so `score_aggregates` is maintained as `serve` maintains
 
     .venv/bin/python bench/api.py                          # 1,000,000 traces over 7 days
     .venv/bin/python bench/api.py --traces 100000 --db /tmp/api-100k.duckdb
+    .venv/bin/python bench/api.py --browser                # and each dashboard page in Chromium
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -111,6 +113,8 @@ REQUESTS = [
     ("overview, 24 h", "/api/overview", {"since": "24h"}),
     ("overview, 7 d", "/api/overview", {"since": "7d"}),
     ("overview, 24 h, one service", "/api/overview", {"since": "24h", "service": "shop-bot"}),
+    ("regressions, 24 h against the day before", "/api/regressions", {"since": "24h"}),
+    ("regressions, 1 h against the hour before", "/api/regressions", {"since": "1h"}),
     ("traces, 24 h, newest 50", "/api/traces", {"since": "24h"}),
     (
         "traces, 24 h, faithfulness below 0.5",
@@ -139,6 +143,8 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--regenerate", action="store_true")
+    parser.add_argument("--browser", action="store_true", help="also time the pages in headless Chromium")
+    parser.add_argument("--screenshot", type=Path, help="with --browser: save the 7-day overview here (PNG)")
     args = parser.parse_args()
     if args.regenerate or not args.db.exists():
         args.db.unlink(missing_ok=True)
@@ -163,14 +169,69 @@ def main() -> None:
                         times.append(time.perf_counter() - started)
                         response.raise_for_status()
                     body = response.json()
-                    size = f"total {body['total']:,}" if "total" in body else f"{len(body['scores'])} scores"
+                    size = _size(body)
                     print(
                         f"{label}: {statistics.median(times) * 1000:.0f} ms median of {args.repeat} "
                         f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}; {size})"
                     )
+            if args.browser:
+                time_pages(url, args.repeat, args.screenshot)
         finally:
             server.terminate()
             server.wait(60)
+
+
+def _size(body: dict[str, Any]) -> str:
+    if "total" in body:
+        return f"total {body['total']:,}"
+    if "comparisons" in body:
+        return f"{len(body['comparisons'])} comparisons"
+    return f"{len(body['scores'])} scores"
+
+
+# Pages of the dashboard, timed in headless Chromium from navigation to drawn (`main[data-ready]`,
+# set once every request of the page answered and its charts are drawn).
+PAGES = [
+    ("page: overview, 24 h", "#/overview"),
+    ("page: traces, 24 h", "#/traces"),
+    ("page: traces, 24 h, failing faithfulness", "#/traces?failing=faithfulness"),
+    ("page: alerts", "#/alerts"),
+]
+
+
+def time_pages(url: str, repeat: int, screenshot: Path | None) -> None:
+    """Each page's load time in a real browser (Debian's chromium), median of `repeat` loads; with
+    `screenshot`, the 7-day overview is saved there as a picture."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_dashboard_ui import CHROMIUM, CHROMIUM_ARGS
+
+    newest = httpx.get(f"{url}/api/traces", params={"since": "24h", "limit": 1}, timeout=60).json()
+    pages = [*PAGES, ("page: one trace", f"#/trace/{newest['traces'][0]['trace_id']}")]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1360, "height": 900})
+        for label, route in pages:
+            times = []
+            for _ in range(repeat + 1):  # the first load warms the server and the browser
+                page.goto("about:blank")
+                started = time.perf_counter()
+                page.goto(f"{url}/{route}")
+                page.wait_for_selector("main[data-ready]", timeout=60_000)
+                times.append(time.perf_counter() - started)
+            times = times[1:]
+            print(
+                f"{label}: {statistics.median(times) * 1000:.0f} ms median of {repeat} "
+                f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})"
+            )
+        if screenshot is not None:
+            page.goto(f"{url}/#/overview")
+            page.evaluate("sessionStorage.setItem('ragpulse.since', '7d')")
+            page.reload()
+            page.wait_for_selector("#regressions[data-state=done]", timeout=120_000)
+            page.screenshot(path=str(screenshot), full_page=True)
+            print(f"overview, 7 d: saved in {screenshot}")
+        browser.close()
 
 
 def _up(url: str) -> bool:

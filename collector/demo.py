@@ -406,3 +406,24 @@ def run_demo(
         style = "dim" if line.startswith("#") else None
         console.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
     return rows
+
+
+def serve_demo(config: Config, db: Path, console: Console | None = None) -> None:
+    """Serve the demo database on the configured ports (4317 / 4318 by default) until Ctrl-C, so
+    its traces can be looked at in the dashboard; the app may go on sending traces."""
+    import asyncio
+    import contextlib
+
+    from collector.service import Service
+
+    console = console or Console()
+    served = config.model_copy(deep=True)
+    served.store.path = str(db)
+    service = Service(served)
+    host = "127.0.0.1" if served.receivers.host in ("0.0.0.0", "::", "") else served.receivers.host
+    console.print(
+        f"\n[bold]Dashboard:[/bold] http://{host}:{served.receivers.http_port}/  "
+        f"(OTLP/gRPC on port {served.receivers.grpc_port}; Ctrl-C stops)"
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(service.run())

@@ -23,7 +23,9 @@ from starlette.applications import Starlette
 
 from collector.api import Api
 from collector.config import Config
+from collector.dashboard import pages
 from collector.dashboard.api import DashboardApi
+from collector.dashboard.data import dashboard_data
 from collector.exporters.evaluations import EvaluationExporter
 from collector.exporters.forwarder import Forwarder
 from collector.exporters.webhooks import WebhookNotifier
@@ -124,8 +126,8 @@ class Service:
 
         http_receiver = OtlpHttpReceiver(cfg.receivers, pipeline, self.metrics)
         api = Api(self.store, self.metrics, cfg.sql, self.assembler, health=self.health)
-        dashboard = DashboardApi(self.store, cfg.sql)
-        app = Starlette(routes=[*http_receiver.routes(), *api.routes(), *dashboard.routes()])
+        dashboard = DashboardApi(dashboard_data(self._read_rows, cfg))
+        app = Starlette(routes=[*http_receiver.routes(), *api.routes(), *dashboard.routes(), *pages.routes()])
         self._http_socket = _listen(cfg.receivers.host, cfg.receivers.http_port)
         # Written once both sockets listen (connections queue from here), before /healthz answers,
         # so a client that saw the server healthy also finds the sidecar.
@@ -230,6 +232,11 @@ class Service:
                 return
             if self._stopped.wait(60):
                 return
+
+    def _read_rows(self, sql: str) -> list[dict[str, Any]]:
+        """One read-only query with the `sql:` limits (the dashboard's queries)."""
+        assert self.store is not None
+        return self.store.query(sql, self.config.sql.max_rows, self.config.sql.timeout).records()
 
     def health(self) -> dict[str, object]:
         """`GET /healthz`: ok while the receivers serve, with the judge's state when there is one."""

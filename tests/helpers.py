@@ -7,6 +7,8 @@ Fixtures live in tests/conftest.py; everything here is a plain function or class
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -14,10 +16,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import duckdb
 import grpc
@@ -42,6 +44,9 @@ from collector.store.base import Store
 from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES
 from collector.store.trace_rows import TraceTables
 from semconv import RAG_STEP_KINDS, RagTrace, Step
+
+if TYPE_CHECKING:
+    from collector.service import Service
 
 T = TypeVar("T")
 
@@ -470,3 +475,53 @@ def seed_scores(
         scores=SCORES.arrow_table(columns, n),
     )
     store.write_traces(empty, [])
+
+
+# --------------------------------------------------------------------------- a judged example app
+
+
+Verdict = Callable[[str, str], dict[str, Any]]  # (system prompt, user message) -> the judge's JSON
+
+
+@contextlib.contextmanager
+def judged_example_app(
+    tmp_path: Path,
+    modes: Sequence[str],
+    verdict: Verdict,
+    judge: Mapping[str, Any] | None = None,
+    **sections: Any,
+) -> Iterator[Service]:
+    """A running service fed the example app's questions in each of `modes`, every trace judged by a
+    test judge answering `verdict(system, user)`; yields once every trace's judge scores are in."""
+    from collector.service import BackgroundService
+    from examples.shop_assistant.runner import run as run_app
+    from tests.openai_stub import OpenAIStub, RecordedRequest
+
+    def respond(request: RecordedRequest) -> str:
+        messages = request.json["messages"]
+        return json.dumps(verdict(messages[0]["content"], messages[-1]["content"]))
+
+    with OpenAIStub(responder=respond) as stub:
+        config = make_config(
+            tmp_path,
+            assembler=fast_assembler(),
+            sampling={"judge_rate": 1.0, "budget": {"judge_calls_per_minute": None}},
+            judge={
+                "base_url": stub.base_url,
+                "model": "judge-test",
+                "api_key": "test",
+                "max_retries": 0,
+                **(judge or {}),
+            },
+            **sections,
+        )
+        with BackgroundService(config) as service:
+            endpoint = f"127.0.0.1:{service.grpc_port}"
+            sent = 0
+            for mode in modes:
+                report = run_app(endpoint, mode=mode, labels=True, latency=0.05)
+                assert report.ok
+                sent += len(report.answers)
+            done = "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'"
+            wait_for(lambda: sql(service, done)[0]["n"] == sent, timeout=90)
+            yield service

@@ -4,18 +4,18 @@ bad parameters, and that nothing can be written through it."""
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from collector.service import BackgroundService, Service
-from examples.shop_assistant.runner import run as run_app
-from tests.helpers import fast_assembler, make_config, sql, wait_for
-from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
+from collector.service import Service
+from tests.helpers import judged_example_app, run_ragpulse, sql
+from tests.openai_stub import passing_verdict
 
 TRACES_PER_MODE = 12  # the example app's question set
 
@@ -23,26 +23,10 @@ TRACES_PER_MODE = 12  # the example app's question set
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """One service for the module: 12 healthy and 12 degraded traces, all scored, judge included."""
-
-    def respond(request: RecordedRequest) -> str:
-        messages = request.json["messages"]
-        return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
-
-    tmp_path = tmp_path_factory.mktemp("dashboard")
-    with OpenAIStub(responder=respond) as judge:
-        config = make_config(
-            tmp_path,
-            assembler=fast_assembler(),
-            sampling={"judge_rate": 1.0, "budget": {"judge_calls_per_minute": None}},
-            judge={"base_url": judge.base_url, "model": "judge-test", "api_key": "test", "max_retries": 0},
-        )
-        with BackgroundService(config) as service:
-            endpoint = f"127.0.0.1:{service.grpc_port}"
-            for mode in ("healthy", "degraded"):
-                assert run_app(endpoint, mode=mode, labels=True, latency=0.05).ok
-            done = "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'"
-            wait_for(lambda: sql(service, done)[0]["n"] == 2 * TRACES_PER_MODE, timeout=60)
-            yield service
+    with judged_example_app(
+        tmp_path_factory.mktemp("dashboard"), ("healthy", "degraded"), passing_verdict
+    ) as service:
+        yield service
 
 
 def get(service: Service, path: str, /, **params: Any) -> httpx.Response:
@@ -161,6 +145,8 @@ def test_one_trace_in_full(served: Service) -> None:
         ("/api/overview", {"until": "0001-01-01", "since": "1d"}, "outside the calendar"),
         ("/api/overview", {"until": "0001-01-01T00:00:00+01:00"}, "until: not an ISO 8601 time"),
         ("/api/traces", {"service": "a\x00b"}, "NUL character"),
+        ("/api/regressions", {"since": "1h", "baseline": "30m"}, "baseline: at least the window"),
+        ("/api/regressions", {"baseline": "soon"}, "baseline: not a duration"),
     ],
 )
 def test_bad_parameters_are_400_with_the_reason(
@@ -193,7 +179,14 @@ def test_unknown_trace_is_404(served: Service) -> None:
 def test_nothing_can_be_written_through_the_api(served: Service) -> None:
     before = sql(served, "SELECT count(*) AS n FROM traces")[0]["n"]
     for method in ("POST", "PUT", "DELETE", "PATCH"):
-        for path in ("/api/overview", "/api/traces", "/api/traces/" + "ab" * 16, "/api/alerts"):
+        paths = (
+            "/api/overview",
+            "/api/regressions",
+            "/api/traces",
+            "/api/traces/" + "ab" * 16,
+            "/api/alerts",
+        )
+        for path in (*paths, "/", "/ui/app.js"):
             assert httpx.request(method, f"{served.http_url}{path}", timeout=10).status_code == 405
     # Text that would end a SQL string is only ever a value.
     hostile = "x'); DELETE FROM traces; SELECT ('"
@@ -204,3 +197,41 @@ def test_nothing_can_be_written_through_the_api(served: Service) -> None:
 def test_alerts_endpoint_lists_states_events_and_canary_runs(served: Service) -> None:
     body = ok(served, "/api/alerts")
     assert body == {"alerts": [], "events": [], "canary_runs": []}
+
+
+def test_regressions_compare_the_window_with_the_one_before(served: Service) -> None:
+    body = ok(served, "/api/regressions", since="1h")
+    assert set(body) == {"window", "baseline", "comparisons"}
+    comparisons = body["comparisons"]
+    # Every score of the one service, by mean and by pass rate; the hour before had no traffic.
+    assert {(c["service"], c["metric"]) for c in comparisons} == {
+        ("shop-assistant", "mean"),
+        ("shop-assistant", "pass_rate"),
+    }
+    assert {c["status"] for c in comparisons} == {"insufficient"}
+    recall = next(c for c in comparisons if c["score"] == "retrieval.recall@5" and c["metric"] == "mean")
+    assert recall["n_recent"] == 2 * TRACES_PER_MODE and recall["n_baseline"] == 0
+
+
+def test_judge_cost_is_null_without_prices(served: Service) -> None:
+    judge = ok(served, "/api/overview", since="1h")["judge"]
+    assert judge["calls"] > 0 and judge["cost_usd"] is None
+
+
+def test_the_dashboard_page_and_its_files_are_served(served: Service) -> None:
+    page = httpx.get(f"{served.http_url}/", timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    scripts = re.findall(r'<script src="([^"]+)"', page.text)
+    assert scripts == ["/ui/vendor/uplot-1.6.32/uPlot.iife.min.js", "/ui/app.js"]
+    for path in (*scripts, "/ui/app.css", "/ui/vendor/uplot-1.6.32/LICENSE"):
+        assert httpx.get(f"{served.http_url}{path}", timeout=10).status_code == 200, path
+    assert "http" not in "".join(re.findall(r'(?:src|href)="([^"]+)"', page.text))  # nothing from outside
+
+
+def test_report_refuses_a_bad_window_with_the_reason(served: Service, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    result = run_ragpulse(
+        "report", "--server", served.http_url, "--since", "forever", "--out", str(out), cwd=tmp_path
+    )
+    assert result.returncode == 2 and "since: not a duration" in result.stderr
+    assert not out.exists()

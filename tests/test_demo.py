@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from collector.demo import DemoError, Metric, expected_documents_found, prepare_database, summary_table
 from examples.shop_assistant import CONVENTIONS, MODES, load_cases
 from examples.shop_assistant.llm import NOT_FOUND
 from examples.shop_assistant.text import sentences
-from tests.helpers import file_execute, file_rows, run_ragpulse
+from tests.helpers import RAGPULSE, clean_env, file_execute, file_rows, free_port, run_ragpulse, wait_for
 
 CASES = load_cases()
 
@@ -173,3 +175,32 @@ def test_summary_cells_compare_conventions_and_enrichers_add_lines() -> None:
     cells = list(table.columns[1].cells)
     assert cells == ["4", "3.0 / 2.0", "5.0", "3/4 / -"]
     assert "disagree" in str(table.caption)
+
+
+def test_demo_serve_keeps_serving_the_dashboard_until_interrupted(tmp_path: Path) -> None:
+    http_port, grpc_port = free_port(), free_port()
+    env = clean_env(
+        COLUMNS="120",
+        RAGPULSE_RECEIVERS__HTTP_PORT=str(http_port),
+        RAGPULSE_RECEIVERS__GRPC_PORT=str(grpc_port),
+    )
+    command = [str(RAGPULSE), "demo", "--db", str(tmp_path / "demo.duckdb"), "--serve"]
+    demo = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{http_port}"
+    try:
+        wait_for(lambda: _answers(f"{url}/api/overview?since=1h"), timeout=120, what="the demo's dashboard")
+        overview = httpx.get(f"{url}/api/overview", params={"since": "1h"}, timeout=10).json()
+        assert sum(s["traces"] for s in overview["services"]) == len(CASES) * len(MODES) * len(CONVENTIONS)
+        assert httpx.get(f"{url}/", timeout=10).status_code == 200
+    finally:
+        demo.send_signal(signal.SIGINT)
+        output = demo.communicate(timeout=60)[0].decode()
+    assert demo.returncode == 0, output
+    assert f"Dashboard: http://127.0.0.1:{http_port}/" in output
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

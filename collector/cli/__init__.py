@@ -23,6 +23,7 @@ COMMANDS = {
     "eval": "collector.cli.eval:eval_suite",
     "calibrate": "collector.cli.calibrate:calibrate",
     "check": "collector.cli.check:check",
+    "report": "collector.cli.report:report",
 }
 
 

@@ -25,15 +25,23 @@ from collector.cli.common import config_option, load, user_errors
     show_default=True,
     help="Seconds to wait for the traces to be assembled.",
 )
+@click.option(
+    "--serve",
+    "keep_serving",
+    is_flag=True,
+    help="Then keep serving the demo database (dashboard at http://127.0.0.1:4318/) until Ctrl-C.",
+)
 @click.pass_context
 @user_errors
-def demo(ctx: click.Context, config_path: str | None, db: Path, timeout: float) -> None:
+def demo(ctx: click.Context, config_path: str | None, db: Path, timeout: float, keep_serving: bool) -> None:
     """The guided first run: collector + example RAG app in three modes, a summary and SQL to try."""
     # Imported here: the demo pulls in the example app and the OTel SDK exporters.
-    from collector.demo import DemoError, run_demo
+    from collector.demo import DemoError, run_demo, serve_demo
 
     config = load(ctx, config_path)
     try:
         run_demo(config, db, timeout=timeout)
     except DemoError as exc:
         raise click.ClickException(str(exc)) from None
+    if keep_serving:
+        serve_demo(config, db)

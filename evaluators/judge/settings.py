@@ -35,3 +35,7 @@ class JudgeSettings(BaseModel):
     # A DuckDB file keeping verdicts across runs (null: the in-memory cache only). Used by
     # `ragpulse eval`; never by `ragpulse calibrate`, which must measure the model.
     verdict_store: str | None = Field(None, min_length=1)
+    # What the model's tokens cost, US dollars per million: the dashboard and the report show the
+    # judge's cost from them (null: tokens only).
+    input_cost_per_million: float | None = Field(None, ge=0)
+    output_cost_per_million: float | None = Field(None, ge=0)

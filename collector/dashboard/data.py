@@ -1,0 +1,221 @@
+"""What the dashboard shows, computed from read-only SQL: the overview, a page of traces, one trace,
+regressions, alerts.
+
+`DashboardData` runs over any `rows(sql)` function: the store's read-only query in `serve` (the JSON
+API), a database file opened read-only or a running server's `/api/sql` in `ragpulse report`. So the
+web page and the report show the same figures, and both see only what SQL sees. Parameters arrive as
+strings (a query string) and are validated here; a bad one raises `BadParameter` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from collector.config import Config
+from collector.dashboard import queries
+from collector.dashboard.queries import MAX_PAGE, SORT_KEYS, TraceFilter
+from collector.monitoring.regression import Baseline, RegressionSettings, compare
+from collector.monitoring.windows import Window, parse_duration, parse_time, utc_now
+
+Rows = Callable[[str], list[dict[str, Any]]]
+Params = Mapping[str, str]
+
+
+class BadParameter(ValueError):
+    """A query parameter that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class JudgePrices:
+    """What the judge's tokens cost, in US dollars per million tokens (None: unknown, no cost shown)."""
+
+    input_per_million: float | None = None
+    output_per_million: float | None = None
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        if self.input_per_million is None and self.output_per_million is None:
+            return None
+        return (
+            input_tokens * (self.input_per_million or 0.0) + output_tokens * (self.output_per_million or 0.0)
+        ) / 1e6
+
+
+class DashboardData:
+    """The dashboard's answers, each a JSON-ready dict (shapes in docs/api.md)."""
+
+    def __init__(
+        self,
+        rows: Rows,
+        prices: JudgePrices | None = None,
+        regression: RegressionSettings | None = None,
+    ) -> None:
+        self._rows = rows
+        self._prices = prices or JudgePrices()
+        self._regression = regression or RegressionSettings()
+
+    def overview(self, params: Params) -> dict[str, Any]:
+        """Per-score summary and trends, traffic and latency, services, judge usage, firing alerts."""
+        window = window_of(params)
+        service = params.get("service") or None
+        step = queries.bucket_seconds(window)
+        (judge,) = self._rows(queries.judge_usage_sql(window, service))
+        judge["cost_usd"] = self._prices.cost(int(judge["input_tokens"]), int(judge["output_tokens"]))
+        return {
+            "window": window.describe(),
+            "service": service,
+            "bucket_seconds": step,
+            "scores": self._rows(queries.score_summary_sql(window, service)),
+            "score_series": self._rows(queries.score_series_sql(window, service, step)),
+            "traffic": self._rows(queries.traffic_series_sql(window, service, step)),
+            "services": self._rows(queries.services_sql(window)),
+            "judge": judge,
+            "firing_alerts": self._rows(queries.FIRING_ALERTS_SQL),
+        }
+
+    def regressions(self, params: Params) -> dict[str, Any]:
+        """Each service's scores in the window against the window just before it (or `baseline`
+        earlier), with the tests and thresholds of `ragpulse check --regression`."""
+        window = window_of(params)
+        shift = _duration(params, "baseline", window.seconds)
+        if shift < window.seconds:
+            raise BadParameter("baseline: at least the window's length (the two windows must not overlap)")
+        baseline = Baseline(shift=shift)
+        comparisons = compare(self._rows, window, baseline, params.get("service") or None, self._regression)
+        return {
+            "window": window.describe(),
+            "baseline": baseline.describe(window),
+            "comparisons": [c.as_dict() for c in comparisons],
+        }
+
+    def traces(self, params: Params) -> dict[str, Any]:
+        """One page of traces, filtered and sorted, with the number the filters match."""
+        f = trace_filter(params)
+        traces = self._rows(queries.trace_page_sql(f))
+        if f.filters_scores and traces:
+            total = traces[0]["total"]
+            for trace in traces:
+                del trace["total"]
+        else:  # cheap without a filter on scores, and the only way past the last page
+            total = self._rows(queries.trace_count_sql(f))[0]["total"]
+        return {
+            "window": f.window.describe(),
+            "total": total,
+            "limit": f.limit,
+            "offset": f.offset,
+            "traces": traces,
+        }
+
+    def trace(self, trace_id: str) -> dict[str, Any] | None:
+        """One trace with its spans, steps, documents and scores; None when it is not assembled."""
+        trace_id = trace_id.lower()
+        if not (0 < len(trace_id) <= 64 and all(c in "0123456789abcdef" for c in trace_id)):
+            raise BadParameter("trace_id: a hex trace id")
+        found = self._rows(queries.trace_sql(trace_id))
+        if not found:
+            return None
+        trace = found[0]
+        documents = self._rows(queries.documents_sql(trace_id))
+        return {
+            "trace": trace,
+            "spans": self._rows(queries.spans_sql(trace_id)),
+            "steps": self._rows(queries.steps_sql(trace_id)),
+            "documents": queries.mark_expected(documents, trace.get("expected_documents")),
+            "scores": self._rows(queries.scores_sql(trace_id)),
+        }
+
+    def alerts(self) -> dict[str, Any]:
+        """Alert states, their latest events, and judge canary runs."""
+        return {
+            "alerts": self._rows(queries.ALERTS_SQL),
+            "events": self._rows(queries.ALERT_EVENTS_SQL),
+            "canary_runs": self._rows(queries.CANARY_RUNS_SQL),
+        }
+
+
+def window_of(params: Params) -> Window:
+    """`[until - since, until)` from the parameters (`since` default 24h, `until` default now)."""
+    seconds = _duration(params, "since", 86400.0)
+    until = params.get("until")
+    try:
+        end = parse_time(until) if until else utc_now().replace(microsecond=0)
+    except ValueError as exc:
+        raise BadParameter(f"until: {exc}") from None
+    try:
+        return Window.ending(end, seconds)
+    except OverflowError:
+        raise BadParameter("since and until: the window falls outside the calendar") from None
+
+
+def trace_filter(params: Params) -> TraceFilter:
+    """The trace list's filters, sort and page from the parameters."""
+    sort = params.get("sort", "start_time")
+    if sort not in SORT_KEYS:
+        raise BadParameter(f"sort: one of {', '.join(SORT_KEYS)}")
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise BadParameter("order: asc or desc")
+    below = _number(params, "below")
+    if (below is None) != (not params.get("score")):
+        raise BadParameter("score and below go together: score=NAME&below=VALUE")
+    return TraceFilter(
+        window=window_of(params),
+        service=params.get("service") or None,
+        status=params.get("status") or None,
+        score=params.get("score") or None,
+        below=below,
+        failing=params.get("failing") or None,
+        text=params.get("q") or None,
+        sort=sort,
+        descending=order == "desc",
+        limit=_integer(params, "limit", 50, 1, MAX_PAGE),
+        offset=_integer(params, "offset", 0, 0, 10**9),
+    )
+
+
+def _duration(params: Params, name: str, default: float) -> float:
+    raw = params.get(name)
+    if not raw:
+        return default
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise BadParameter(f"{name}: {exc}") from None
+
+
+def _number(params: Params, name: str) -> float | None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadParameter(f"{name}: a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise BadParameter(f"{name}: a finite number, got {raw!r}")
+    return value
+
+
+def _integer(params: Params, name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadParameter(f"{name}: an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise BadParameter(f"{name}: between {low} and {high}, got {value}")
+    return value
+
+
+def dashboard_data(rows: Rows, config: Config) -> DashboardData:
+    """The dashboard over `rows`, with the judge's prices and the regression settings of `config`."""
+    judge, monitoring = config.judge, config.monitoring
+    return DashboardData(
+        rows,
+        JudgePrices(judge.input_cost_per_million, judge.output_cost_per_million),
+        RegressionSettings(monitoring.alpha, monitoring.min_effect, monitoring.min_samples),
+    )
