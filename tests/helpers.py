@@ -486,13 +486,14 @@ Verdict = Callable[[str, str], dict[str, Any]]  # (system prompt, user message) 
 @contextlib.contextmanager
 def judged_example_app(
     tmp_path: Path,
-    modes: Sequence[str],
+    runs: Sequence[str | tuple[str, str]],
     verdict: Verdict,
     judge: Mapping[str, Any] | None = None,
     **sections: Any,
 ) -> Iterator[Service]:
-    """A running service fed the example app's questions in each of `modes`, every trace judged by a
-    test judge answering `verdict(system, user)`; yields once every trace's judge scores are in."""
+    """A running service fed the example app's questions once per run (a mode, or a mode and a
+    service name), every trace judged by a test judge answering `verdict(system, user)`; yields once
+    every trace's judge scores are in."""
     from collector.service import BackgroundService
     from examples.shop_assistant.runner import run as run_app
     from tests.openai_stub import OpenAIStub, RecordedRequest
@@ -518,8 +519,9 @@ def judged_example_app(
         with BackgroundService(config) as service:
             endpoint = f"127.0.0.1:{service.grpc_port}"
             sent = 0
-            for mode in modes:
-                report = run_app(endpoint, mode=mode, labels=True, latency=0.05)
+            for run in runs:
+                mode, service_name = (run, "shop-assistant") if isinstance(run, str) else run
+                report = run_app(endpoint, mode=mode, labels=True, latency=0.05, service_name=service_name)
                 assert report.ok
                 sent += len(report.answers)
             done = "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'"

@@ -52,6 +52,9 @@ def test_overview_has_scores_trends_traffic_services_and_judge_usage(served: Ser
         body["score_series"][0]
     )
     assert sum(p["traces"] for p in body["traffic"]) == 2 * TRACES_PER_MODE
+    totals = body["totals"]
+    assert totals["traces"] == 2 * TRACES_PER_MODE and totals["errors"] == 0
+    assert 0 < totals["p50_ms"] <= totals["p95_ms"]
     assert body["traffic"][0]["retrieval_ms"] is not None and body["traffic"][0]["generation_ms"] is not None
     assert [s["service_name"] for s in body["services"]] == ["shop-assistant"]
     assert body["judge"]["calls"] > 0 and body["judge"]["input_tokens"] > 0
@@ -60,6 +63,7 @@ def test_overview_has_scores_trends_traffic_services_and_judge_usage(served: Ser
     # Another service: empty, not an error.
     empty = ok(served, "/api/overview", since="1h", service="nobody")
     assert empty["scores"] == [] and empty["traffic"] == [] and empty["judge"]["calls"] == 0
+    assert empty["totals"]["traces"] == 0 and empty["totals"]["p50_ms"] is None
 
 
 def test_trace_list_pages_through_every_trace_once(served: Service) -> None:
@@ -103,6 +107,10 @@ def test_sorting_by_duration_and_by_worst_score(served: Service) -> None:
     worst = ok(served, "/api/traces", since="1h", sort="worst", order="asc", limit=100)["traces"]
     values = [t["worst"] for t in worst]
     assert values == sorted(values) and values[0] == 0.0
+    # Ties on the lowest value: the trace with more failed scores first (and no helper column).
+    keys = [(t["worst"], -len(t["failing"])) for t in worst]
+    assert keys == sorted(keys) and len(set(keys)) > 1
+    assert "n_failing" not in worst[0]
 
 
 def test_one_trace_in_full(served: Service) -> None:

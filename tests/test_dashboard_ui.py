@@ -44,6 +44,8 @@ CHROMIUM_ARGS = [
 ]
 TRACES_PER_MODE = 12
 MODES = ("healthy", "degraded", "hallucinate")
+SECOND_SERVICE = "second-bot"  # one healthy run under another service name
+TOTAL = (len(MODES) + 1) * TRACES_PER_MODE
 SCREENSHOTS = os.environ.get("RAGPULSE_SCREENSHOTS")
 CALIBRATION_CASES = Path(__file__).parent.parent / "examples" / "calibration" / "cases.yaml"
 
@@ -103,7 +105,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     that fires on faithfulness, and one judge canary run."""
     with judged_example_app(
         tmp_path_factory.mktemp("dashboard-ui"),
-        MODES,
+        [*MODES, ("healthy", SECOND_SERVICE)],
         lexical_verdict,
         judge={"input_cost_per_million": 0.15, "output_cost_per_million": 0.6},
         monitoring={
@@ -180,12 +182,16 @@ def tab(browser: Any) -> Iterator[Page]:
 
 
 def drawn_charts(page: Any) -> int:
-    """Charts with pixels: uPlot canvases whose image data is not all transparent."""
+    """Charts with data drawn: uPlot canvases with coloured pixels. Axes, grid and labels are grey
+    or black, so only the series' colours count."""
     return int(
         page.evaluate(
             """() => [...document.querySelectorAll('.chart canvas')].filter(c => {
-                const data = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-                for (let i = 3; i < data.length; i += 4) if (data[i] !== 0) return true;
+                const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                for (let i = 0; i < d.length; i += 4) {
+                    const [r, g, b, a] = [d[i], d[i + 1], d[i + 2], d[i + 3]];
+                    if (a > 128 && Math.max(r, g, b) - Math.min(r, g, b) > 60) return true;
+                }
                 return false;
             }).length"""
         )
@@ -199,24 +205,48 @@ def test_overview_draws_scores_charts_and_judge_usage(served: Service, tab: Page
     names = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
     assert "faithfulness" in names and "retrieval.recall@5" in names
     assert drawn_charts(page) >= 5  # means, pass rates, error rates, traffic, latency
-    kpis = page.locator(".kpi").all_inner_texts()
-    assert any(k.startswith(str(len(MODES) * TRACES_PER_MODE)) and "traces" in k for k in kpis)
-    cost = next(k for k in kpis if "judge cost" in k)
-    assert cost.startswith("$")
-    assert page.locator("#service-table tbody tr").count() == 1
+    kpis = {k.split("\n")[1]: k.split("\n")[0] for k in page.locator(".kpi").all_inner_texts()}
+    assert kpis["traces"] == str(TOTAL)
+    assert kpis["p50 latency"].endswith("ms") and kpis["p95 latency"].endswith("ms")  # over both services
+    assert kpis["judge cost"].startswith("$")
+    assert page.locator("#service-table tbody tr").count() == 2
     page.wait_for_selector("#regressions[data-state=done]")  # it arrives after the rest
     assert "Not enough scores in both windows" in page.inner_text("#regressions")
     tab.screenshot("overview")
+    # One service: its figures only.
+    page = tab.after(lambda: tab.page.select_option("#service", SECOND_SERVICE))
+    assert page.locator(".kpi").first.inner_text().startswith(str(TRACES_PER_MODE))
+    assert page.locator("#service-table tbody tr").all_inner_texts()[0].startswith(SECOND_SERVICE)
+    assert page.locator("#service-table tbody tr").count() == 1
+    page.wait_for_selector("#regressions[data-state=done]")
     assert tab.problems == []
+
+
+def test_chart_buckets_without_data_are_gaps_not_lines(served: Service, tab: Page) -> None:
+    """Every bucket of the window is on the chart: one with no traffic is 0 traces, one with no
+    score is a gap (null), never a line drawn across the silence."""
+    page = tab.open(f"{served.http_url}/#/alerts")
+    buckets = ["2026-12-04 10:00:00", "2026-12-04 10:01:00", "2026-12-04 10:02:00"]
+    rows = [
+        {"t": "2026-12-04T10:00:00", "name": "faithfulness", "mean": 0.9, "traces": 4},
+        {"t": "2026-12-04T10:02:00", "name": "faithfulness", "mean": 0.5, "traces": 2},
+        {"t": "2026-12-04T10:01:00", "name": "citation", "mean": None, "traces": 1},
+    ]
+    series = page.evaluate("([b, r]) => pivot(b, r, 'mean')", [buckets, rows])
+    assert series == [{"label": "faithfulness", "color": series[0]["color"], "values": [0.9, None, 0.5]}]
+    traffic = page.evaluate("([b, r]) => column(b, r.slice(0, 2), 'traces', 0)", [buckets, rows])
+    assert traffic == [4, 0, 2]
 
 
 def test_trace_list_filters_sort_and_pages(served: Service, tab: Page) -> None:
     page = tab.open(f"{served.http_url}/#/traces")
-    total = len(MODES) * TRACES_PER_MODE
+    total = TOTAL
     assert page.inner_text("#trace-count") == f"1\u2013{total} of {total} traces"
     tab.screenshot("traces")
 
-    page = tab.navigate("#/traces?failing=faithfulness")
+    # The failing evaluator, chosen in its select.
+    page = tab.after(lambda: tab.page.select_option("select[name=failing]", "faithfulness"))
+    assert "failing=faithfulness" in page.evaluate("location.hash")
     failing = page.locator("#trace-table tbody tr").count()
     assert 0 < failing < total
     assert page.inner_text("#trace-count").endswith(f"of {failing} traces")
@@ -231,6 +261,8 @@ def test_trace_list_filters_sort_and_pages(served: Service, tab: Page) -> None:
 
     page = tab.navigate("#/traces?q=zzzz-no-such-text")
     assert page.locator("text=No trace matches these filters.").count() == 1
+    page = tab.after(lambda: tab.page.click("text=Clear"))
+    assert page.inner_text("#trace-count") == f"1\u2013{total} of {total} traces"
 
     page = tab.navigate("#/traces?limit=10")
     assert page.inner_text("#trace-count") == f"1\u201310 of {total} traces"
@@ -238,10 +270,29 @@ def test_trace_list_filters_sort_and_pages(served: Service, tab: Page) -> None:
     tab.after(lambda: page.click("#next"))
     assert page.inner_text("#trace-count") == f"11\u201320 of {total} traces"
     assert page.locator("#trace-table tbody tr").first.get_attribute("data-trace") != first_page
-    # Sorting by duration from the column header, ascending on a second click.
+    tab.after(lambda: page.click("#prev"))
+    assert page.inner_text("#trace-count") == f"1\u201310 of {total} traces"
+    # Sorting by duration from the column header: longest first, then shortest first on a second click.
     tab.after(lambda: page.click("th[data-sort=duration_ms]"))
-    assert "sort=duration_ms" in page.evaluate("location.hash")
+    assert "sort=duration_ms&order=desc" in page.evaluate("location.hash")
+    longest = [float(t) for t in page.locator("#trace-table tbody tr").evaluate_all(DURATIONS)]
+    tab.after(lambda: page.click("th[data-sort=duration_ms]"))
+    assert "order=asc" in page.evaluate("location.hash")
+    assert page.inner_text("th[data-sort=duration_ms]").endswith("\u25b2")
+    shortest = [float(t) for t in page.locator("#trace-table tbody tr").evaluate_all(DURATIONS)]
+    assert longest == sorted(longest, reverse=True) and shortest == sorted(shortest)
+    assert shortest[0] <= longest[-1]
+    # Past the last page (an old link): said so, with the way back.
+    page = tab.navigate("#/traces?limit=10&offset=1000")
+    assert page.inner_text("#trace-count").startswith("Past the last page")
+    page = tab.after(lambda: tab.page.click("#first"))
+    assert page.inner_text("#trace-count").startswith("1\u2013")
     assert tab.problems == []
+
+
+TITLES = "cells => cells.map(c => c.title)"
+# Each row's duration in ms, from the API's value kept on the row.
+DURATIONS = "rows => rows.map(r => r.dataset.duration)"
 
 
 def open_trace_where_faithfulness(served: Service, tab: Page, status: str) -> Any:
@@ -294,6 +345,7 @@ def test_alerts_page_shows_states_history_and_canaries(served: Service, tab: Pag
     # The overview says what fires, and links here.
     page = tab.navigate("#/overview")
     assert "faithfulness-low" in page.locator(".banner.alert").inner_text()
+    page.wait_for_selector("#regressions[data-state=done]")
     assert tab.problems == []
 
 
@@ -306,8 +358,8 @@ def test_an_api_error_is_shown_not_swallowed(served: Service, tab: Page) -> None
 
 
 def test_an_empty_window_says_how_to_send_traces(served: Service, tab: Page) -> None:
-    tab.open(f"{served.http_url}/")
-    page = tab.page
+    page = tab.open(f"{served.http_url}/")
+    page.wait_for_selector("#regressions[data-state=done]")  # a reload would cut its request short
     page.evaluate("sessionStorage.setItem('ragpulse.service', 'no-such-service')")
     page.reload()
     page.wait_for_selector("main[data-ready]")
@@ -334,18 +386,21 @@ def test_report_opens_offline_from_a_file(served: Service, browser: Any, tmp_pat
     )
     assert result.returncode == 0, result.stderr
     assert "5 worst traces in full" in result.stdout
-    html = out.read_text()
-    assert "http://" not in html.split("window.RAGPULSE_REPORT", 1)[0]  # nothing loaded from outside
     tab = Page(browser, offline=True)
+    requested: list[str] = []
+    tab.page.on("request", lambda request: requested.append(request.url))
     try:
         page = tab.open(out.as_uri())
+        assert requested == [out.as_uri()]  # the file itself, nothing else
         assert page.locator("main").get_attribute("data-ready") == "report"
         assert drawn_charts(page) >= 5
         assert page.locator("#trace-table tbody tr").count() == 5
         sections = page.locator("section.trace-section")
         assert sections.count() == 5
-        # The worst traces come with their failing claims.
+        # The worst traces come with their failing claims, the most failed scores first among ties.
         assert page.locator("section.trace-section .claims li.bad").count() >= 1
+        failing = [len(f.split(",")) for f in page.locator("#trace-table td.failing").evaluate_all(TITLES)]
+        assert failing == sorted(failing, reverse=True)
         page.locator("#worst").scroll_into_view_if_needed()
         tab.screenshot("report", full_page=False)
         assert tab.problems == []
@@ -357,15 +412,16 @@ HOSTILE = '<img src=x onerror="window.__pwned=1"></script><script>window.__pwned
 
 
 def test_span_text_is_shown_as_text_never_run(browser: Any, tmp_path: Path) -> None:
-    """Question, answer and documents come from the app's spans: markup in them is shown, not run,
-    in the page and in the report (where the data sits inside a <script>)."""
+    """Service name, question, answer, documents and what scores say of them come from the app's
+    spans: markup in them is shown, not run, in the page and in the report (where the data sits
+    inside a <script>)."""
     with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as service:
-        provider = sdk_tracer_provider(service, "hostile-app")
+        provider = sdk_tracer_provider(service, HOSTILE)
         tracer = provider.get_tracer("test")
         with emit.request(tracer, HOSTILE) as request:
             request.expected(documents=["doc-a"])
             with emit.retrieval(tracer, HOSTILE) as retrieval:
-                retrieval.documents([{"id": "doc-b", "content": HOSTILE, "score": 0.5}])
+                retrieval.documents([{"id": HOSTILE, "content": HOSTILE, "score": 0.5}])
             with emit.chat(tracer, "model") as chat:
                 chat.output(HOSTILE)
             request.answer(HOSTILE)
@@ -383,6 +439,9 @@ def test_span_text_is_shown_as_text_never_run(browser: Any, tmp_path: Path) -> N
                 assert page.evaluate("window.__pwned") is None
                 assert page.locator(".question").first.inner_text() == HOSTILE
                 assert HOSTILE in page.locator(".documents").first.inner_text()
+                assert HOSTILE in page.locator(".meta").first.inner_text()  # the service name
+                recall = page.locator("[data-score='retrieval.recall@5']").first
+                assert HOSTILE in recall.locator(".claims").inner_text()  # the retrieved id, not expected
                 assert page.locator("main img").count() == 0
                 assert tab.problems == []
             finally:

@@ -18,7 +18,7 @@ from collector.cli.common import config_option, sql_runner, target, user_errors
 @click.option("--service", help="Only this service (default: every service).")
 @click.option(
     "--worst",
-    type=click.IntRange(min=0, max=500),
+    type=click.IntRange(min=1, max=500),
     default=20,
     show_default=True,
     help="How many of the lowest-scored traces to include in full.",
@@ -57,5 +57,5 @@ def report(
         except BadParameter as exc:
             raise click.BadParameter(str(exc)) from None
     out.write_text(render_report(snapshot), encoding="utf-8")
-    traces = sum(s["traces"] for s in snapshot["overview"]["services"])
+    traces = snapshot["overview"]["totals"]["traces"]
     click.echo(f"wrote {out}: {traces} traces, {len(snapshot['details'])} worst traces in full")

@@ -61,12 +61,15 @@ class DashboardData:
         window = window_of(params)
         service = params.get("service") or None
         step = queries.bucket_seconds(window)
+        (totals,) = self._rows(queries.totals_sql(window, service))
         (judge,) = self._rows(queries.judge_usage_sql(window, service))
         judge["cost_usd"] = self._prices.cost(int(judge["input_tokens"]), int(judge["output_tokens"]))
         return {
             "window": window.describe(),
             "service": service,
             "bucket_seconds": step,
+            "buckets": queries.bucket_starts(window, step),
+            "totals": totals,
             "scores": self._rows(queries.score_summary_sql(window, service)),
             "score_series": self._rows(queries.score_series_sql(window, service, step)),
             "traffic": self._rows(queries.traffic_series_sql(window, service, step)),
@@ -86,7 +89,7 @@ class DashboardData:
         comparisons = compare(self._rows, window, baseline, params.get("service") or None, self._regression)
         return {
             "window": window.describe(),
-            "baseline": baseline.describe(window),
+            "baseline": window.shifted(shift).describe(),
             "comparisons": [c.as_dict() for c in comparisons],
         }
 

@@ -8,6 +8,7 @@ into the API's JSON is plain functions, so both halves are testable without a se
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from collector.monitoring.windows import Window, sql_string
@@ -17,6 +18,22 @@ SORT_KEYS: tuple[SortKey, ...] = ("start_time", "duration_ms", "worst")
 MAX_PAGE = 500
 # Text shown per trace in the list (the whole text is in the trace view).
 PREVIEW_CHARS = 240
+
+
+# DuckDB's time_bucket counts buckets of days or less from this origin (a Monday).
+BUCKET_ORIGIN = datetime(2000, 1, 3)
+
+
+def bucket_starts(window: Window, step: int) -> list[datetime]:
+    """Every chart bucket of the window, as `time_bucket` labels them: so a bucket with no rows can
+    be drawn as one (no traffic, no score) instead of a line across the silence."""
+    delta = timedelta(seconds=step)
+    first = BUCKET_ORIGIN + ((window.start - BUCKET_ORIGIN) // delta) * delta
+    return [
+        first + i * delta
+        for i in range(int((window.end - first) / delta) + 1)
+        if first + i * delta < window.end
+    ]
 
 
 def bucket_seconds(window: Window, points: int = 60) -> int:
@@ -67,6 +84,16 @@ def traffic_series_sql(window: Window, service: str | None, step: int) -> str:
         "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms "
         f"FROM traces WHERE {window.sql('start_time')}{_service('service_name', service)} "
         "GROUP BY ALL ORDER BY t"
+    )
+
+
+def totals_sql(window: Window, service: str | None) -> str:
+    """The window's traces together (one service or all): count, errors, latency."""
+    return (
+        "SELECT count(*) AS traces, count(*) FILTER (status = 'error') AS errors, "
+        "quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms, "
+        "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms "
+        f"FROM traces WHERE {window.sql('start_time')}{_service('service_name', service)}"
     )
 
 
@@ -142,7 +169,8 @@ class TraceFilter:
 
 def trace_page_sql(f: TraceFilter) -> str:
     """One page of the filtered traces, with each one's lowest score value (`worst`) and the names
-    of its failed or errored scores. With a filter on scores (`filters_scores`), each row also
+    of its failed or errored scores (by the lowest score: ties broken by the number of failed
+    scores, then by trace id). With a filter on scores (`filters_scores`), each row also
     carries `total`, the number of traces the filters match: one pass over the filtered traces gives
     both. Only the page's traces are looked up in `scores`, except when sorting by the lowest score,
     which needs it for every trace in the window."""
@@ -157,12 +185,16 @@ def trace_page_sql(f: TraceFilter) -> str:
         "t.sample_decision, t.judge_status, t.input_tokens, t.output_tokens, t.step_count"
     )
     if f.sort == "worst":
+        # Ties on the lowest value (many traces have a 0) go to the trace with more failed scores
+        # first when listing worst first, fewer when best first.
+        opposite = "ASC" if f.descending else "DESC"
         page = (
-            f"SELECT {columns}, w.worst FROM traces t LEFT JOIN (SELECT s.trace_id, min(s.value) AS worst "
+            f"SELECT {columns}, w.worst, w.n_failing FROM traces t LEFT JOIN (SELECT s.trace_id, "
+            "min(s.value) AS worst, count(*) FILTER (s.status IN ('fail', 'error')) AS n_failing "
             f"FROM scores s WHERE {in_window} GROUP BY s.trace_id) w USING (trace_id) WHERE {f.where()} "
-            f"ORDER BY w.worst {direction} NULLS LAST, t.trace_id"
+            f"ORDER BY w.worst {direction} NULLS LAST, w.n_failing {opposite} NULLS LAST, t.trace_id"
         )
-        order = f"page.worst {direction} NULLS LAST"
+        order = f"page.worst {direction} NULLS LAST, page.n_failing {opposite} NULLS LAST"
     else:
         page = (
             f"SELECT {columns} FROM traces t WHERE {f.where()} "
@@ -170,6 +202,7 @@ def trace_page_sql(f: TraceFilter) -> str:
         )
         order = f"page.{f.sort} {direction} NULLS LAST"
     worst = "" if f.sort == "worst" else ", min(s.value) AS worst"
+    extra = " EXCLUDE (n_failing)" if f.sort == "worst" else ", per_trace.worst"
     return f"""
 WITH page AS ({page} LIMIT {int(f.limit)} OFFSET {int(f.offset)}),
 per_trace AS (
@@ -178,7 +211,7 @@ per_trace AS (
     FROM scores s WHERE {in_window} AND s.trace_id IN (SELECT trace_id FROM page)
     GROUP BY s.trace_id
 )
-SELECT page.*{", per_trace.worst" if worst else ""}, coalesce(per_trace.failing, []) AS failing
+SELECT page.*{extra}, coalesce(per_trace.failing, []) AS failing
 FROM page LEFT JOIN per_trace USING (trace_id)
 ORDER BY {order}, page.trace_id
 """

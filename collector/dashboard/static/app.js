@@ -118,7 +118,7 @@ const pendingCharts = [];
 /** A chart box; the chart is drawn once the box is on the page (uPlot needs its width). */
 function chart(title, xs, series, options = {}) {
   const box = h("div", { class: "panel chart", "data-chart": title }, h("h3", {}, title));
-  if (!xs.length) {
+  if (!xs.length || !series.length || series.every((s) => s.values.every((v) => v === null || v === undefined))) {
     append(box, [h("p", { class: "muted" }, "No data in this window.")]);
     return box;
   }
@@ -135,7 +135,8 @@ function chart(title, xs, series, options = {}) {
       axes: [{}, { size: 64, values: (u, ticks) => ticks.map(options.axis || options.tick || ((v) => fmtNum(v, 2))) }],
       series: [{}, ...series.map((s, i) => ({
         label: s.label, stroke: s.color || PALETTE[i % PALETTE.length], width: 2,
-        points: { show: xs.length < 40, size: 6 }, spanGaps: false,
+        // Points as well as lines: a score sampled in few buckets still shows.
+        points: { show: true, size: 4 }, spanGaps: false,
       }))],
       legend: { live: false },
     };
@@ -148,16 +149,25 @@ function drawCharts() {
   while (pendingCharts.length) pendingCharts.shift()();
 }
 
-/** Rows of (t, name, field) pivoted into one x axis and a series per name. */
-function pivot(rows, field) {
-  const xs = [...new Set(rows.map((r) => r.t))].sort();
-  const at = new Map(xs.map((t, i) => [t, i]));
+/** Rows of (t, name, field) pivoted onto every bucket of the window: a series per name, null
+ * where a bucket has no row (a gap, never a line across it). */
+function pivot(buckets, rows, field) {
+  const at = new Map(buckets.map((t, i) => [epoch(t), i]));
   // Scores with no value in the window (all skipped) would only crowd the legend.
   const names = [...new Set(rows.filter((r) => r[field] !== null && r[field] !== undefined).map((r) => r.name))].sort();
-  const series = names.map((name, i) => ({ label: name, color: PALETTE[i % PALETTE.length], values: xs.map(() => null) }));
   const index = new Map(names.map((n, i) => [n, i]));
-  for (const r of rows) if (index.has(r.name)) series[index.get(r.name)].values[at.get(r.t)] = r[field];
-  return { xs: xs.map(epoch), series };
+  const series = names.map((name, i) => ({ label: name, color: PALETTE[i % PALETTE.length], values: buckets.map(() => null) }));
+  for (const r of rows) {
+    const i = at.get(epoch(r.t));
+    if (index.has(r.name) && i !== undefined) series[index.get(r.name)].values[i] = r[field];
+  }
+  return series;
+}
+
+/** One column of the traffic rows on every bucket; `empty` where a bucket had no trace. */
+function column(buckets, rows, field, empty) {
+  const byTime = new Map(rows.map((r) => [epoch(r.t), r]));
+  return buckets.map((t) => { const r = byTime.get(epoch(t)); return r ? r[field] : empty; });
 }
 
 // ---------------------------------------------------------------- page chrome
@@ -168,19 +178,28 @@ function renderChrome(active, services) {
     h("a", { href: `#/${key}`, class: active === key ? "active" : null }, label)));
   const controls = document.getElementById("controls");
   const range = h("select", { id: "range", title: "Time range",
-    onchange: (e) => { scope.since = e.target.value; render(); } },
+    onchange: (e) => { scope.since = e.target.value; rescoped(); } },
     RANGES.map((r) => h("option", { value: r, selected: r === scope.since }, `last ${r}`)));
   const known = new Set(services || []);
   if (scope.service) known.add(scope.service);
   const service = h("select", { id: "service", title: "Service",
-    onchange: (e) => { scope.service = e.target.value; render(); } },
+    onchange: (e) => { scope.service = e.target.value; rescoped(); } },
     h("option", { value: "" }, "every service"),
     [...known].sort().map((s) => h("option", { value: s, selected: s === scope.service }, s)));
   controls.replaceChildren(range, service);
 }
 
+/** After a change of time range or service: the same page from its first page of results. */
+function rescoped() {
+  const { parts, params } = route();
+  if (!params.has("offset")) { render(); return; }
+  params.delete("offset");
+  go(`/${parts.join("/")}`, Object.fromEntries(params.entries()));
+}
+
 function errorBanner(exc) {
-  return h("div", { class: "banner err", role: "alert" }, h("b", {}, "The API answered with an error: "), exc.message);
+  const what = exc instanceof ApiError ? "The API answered with an error: " : "The page failed: ";
+  return h("div", { class: "banner err", role: "alert" }, h("b", {}, what), exc.message);
 }
 
 function emptyState() {
@@ -205,22 +224,20 @@ function overviewView(o, regressions) {
   if (o.firing_alerts.length) {
     out.push(h("div", { class: "banner alert", role: "alert" },
       h("b", {}, `${o.firing_alerts.length} alert${o.firing_alerts.length > 1 ? "s" : ""} firing: `),
-      o.firing_alerts.map((a, i) => [i ? ", " : "", h("a", { href: "#/alerts" }, a.alert),
+      o.firing_alerts.map((a, i) => [i ? ", " : "", h("a", { href: REPORT ? "#report-alerts" : "#/alerts" }, a.alert),
         ` (${a.service_name || "every service"}, ${a.score || ""} ${a.condition || ""} = ${fmtNum(a.value)})`])));
   }
-  const traffic = o.services.reduce((acc, s) => ({ traces: acc.traces + s.traces, errors: acc.errors + s.errors }), { traces: 0, errors: 0 });
-  const totalTraces = o.service ? (o.services.find((s) => s.service_name === o.service) || { traces: 0, errors: 0 }) : traffic;
-  const one = o.service ? o.services.find((s) => s.service_name === o.service) : (o.services.length === 1 ? o.services[0] : null);
+  const t = o.totals;
   const kpi = (label, value) => h("div", { class: "kpi" }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
   out.push(h("div", { class: "kpis" },
-    kpi("traces", fmtNum(totalTraces.traces)),
-    kpi("trace errors", fmtNum(totalTraces.errors)),
-    kpi("p50 latency", one ? fmtMs(one.p50_ms) : "—"),
-    kpi("p95 latency", one ? fmtMs(one.p95_ms) : "—"),
+    kpi("traces", fmtNum(t.traces)),
+    kpi("trace errors", fmtNum(t.errors)),
+    kpi("p50 latency", fmtMs(t.p50_ms)),
+    kpi("p95 latency", fmtMs(t.p95_ms)),
     kpi("judge calls", fmtNum(o.judge.calls)),
     kpi("judge errors", fmtNum(o.judge.errors)),
     kpi("judge tokens (in / out)", `${fmtNum(o.judge.input_tokens)} / ${fmtNum(o.judge.output_tokens)}`),
-    kpi("judge cost", o.judge.cost_usd === null || o.judge.cost_usd === undefined ? "set judge prices" : fmtUsd(o.judge.cost_usd))));
+    kpi("judge cost", judgeCost(o.judge))));
 
   out.push(h("h2", {}, "Scores"));
   out.push(h("table", { id: "score-table" },
@@ -235,20 +252,17 @@ function overviewView(o, regressions) {
 
   if (regressions) out.push(regressions instanceof Node ? regressions : regressionsView(regressions));
 
-  const mean = pivot(o.score_series, "mean");
-  const pass = pivot(o.score_series, "pass_rate");
-  const err = pivot(o.score_series, "error_rate");
-  const xs = o.traffic.map((r) => epoch(r.t));
-  const col = (field) => o.traffic.map((r) => r[field]);
+  const xs = o.buckets.map(epoch);
+  const col = (field, empty = null) => column(o.buckets, o.traffic, field, empty);
   // The whole window on the x axis, so the charts line up and a quiet stretch shows as such.
-  const x = [epoch(o.window.start), epoch(o.window.end)];
+  const x = [Math.min(xs[0], epoch(o.window.start)), epoch(o.window.end)];
   const minutes = Math.round(o.bucket_seconds / 60);
   out.push(h("h2", {}, "Trends"));
   out.push(h("div", { class: "charts" },
-    chart("Score means", mean.xs, mean.series, { range: [0, 1], x }),
-    chart("Pass rates", pass.xs, pass.series, { range: [0, 1], tick: fmtPct, axis: axisPct, x }),
-    chart("Error rates", err.xs, err.series, { range: [0, 1], tick: fmtPct, axis: axisPct, x }),
-    chart(`Traffic (traces per ${minutes} min)`, xs, [{ label: "traces", values: col("traces") }, { label: "errors", values: col("errors"), color: "#c2352b" }], { x }),
+    chart("Score means", xs, pivot(o.buckets, o.score_series, "mean"), { range: [0, 1], x }),
+    chart("Pass rates", xs, pivot(o.buckets, o.score_series, "pass_rate"), { range: [0, 1], tick: fmtPct, axis: axisPct, x }),
+    chart("Error rates", xs, pivot(o.buckets, o.score_series, "error_rate"), { range: [0, 1], tick: fmtPct, axis: axisPct, x }),
+    chart(`Traffic (traces per ${minutes} min)`, xs, [{ label: "traces", values: col("traces", 0) }, { label: "errors", values: col("errors", 0), color: "#c2352b" }], { x }),
     chart("Latency", xs, [
       { label: "p50", values: col("p50_ms") }, { label: "p95", values: col("p95_ms") },
       { label: "retrieval (mean)", values: col("retrieval_ms") }, { label: "generation (mean)", values: col("generation_ms") }],
@@ -258,7 +272,7 @@ function overviewView(o, regressions) {
   out.push(h("table", { id: "service-table" },
     h("thead", {}, h("tr", {}, ["service", "traces", "errors", "p50", "p95", "retrieval", "generation", "input tokens", "output tokens"]
       .map((c, i) => h("th", { class: i ? "num" : null }, c)))),
-    h("tbody", {}, o.services.map((s) => h("tr", {},
+    h("tbody", {}, o.services.filter((s) => !o.service || s.service_name === o.service).map((s) => h("tr", {},
       h("td", {}, s.service_name || "—"), h("td", { class: "num" }, fmtNum(s.traces)), h("td", { class: "num" }, fmtNum(s.errors)),
       h("td", { class: "num" }, fmtMs(s.p50_ms)), h("td", { class: "num" }, fmtMs(s.p95_ms)),
       h("td", { class: "num" }, fmtMs(s.retrieval_ms)), h("td", { class: "num" }, fmtMs(s.generation_ms)),
@@ -266,11 +280,17 @@ function overviewView(o, regressions) {
   return out;
 }
 
+/** The judge's cost, or what is missing to know it. */
+function judgeCost(judge) {
+  if (judge.cost_usd !== null && judge.cost_usd !== undefined) return fmtUsd(judge.cost_usd);
+  return judge.calls ? "set judge prices" : "—";
+}
+
 function regressionsView(r) {
   const flagged = r.comparisons.filter((c) => c.status === "regressed");
   const tested = r.comparisons.filter((c) => c.status !== "insufficient").length;
   return h("div", { class: "panel", id: "regressions", "data-state": "done" },
-    h("h3", {}, `Regressions against ${r.baseline}`),
+    h("h3", {}, `Regressions against ${fmtTime(r.baseline.start)} – ${fmtTime(r.baseline.end)}`),
     flagged.length
       ? h("table", {}, h("thead", {}, h("tr", {}, ["service", "score", "figure", "before", "now", "change", "p"].map((c) => h("th", {}, c)))),
         h("tbody", {}, flagged.map((c) => h("tr", {}, h("td", {}, c.service || "—"), h("td", {}, c.score), h("td", {}, c.metric),
@@ -294,12 +314,10 @@ function regressionsPanel(params) {
 async function overviewPage() {
   const params = { since: scope.since, service: scope.service };
   const o = await api("overview", params);
-  renderChrome("overview", o.services.map((s) => s.service_name));
   const main = [h("h1", {}, "Overview")];
-  const traces = o.services.filter((s) => !o.service || s.service_name === o.service).length;
-  if (!traces && !o.scores.length) main.push(emptyState());
+  if (!o.totals.traces && !o.scores.length) main.push(emptyState());
   else main.push(...overviewView(o, regressionsPanel(params)));
-  return main;
+  return { chrome: ["overview", o.services.map((s) => s.service_name)], content: main };
 }
 
 // ---------------------------------------------------------------- traces
@@ -316,7 +334,7 @@ function tracesTable(traces, sortable) {
     h("thead", {}, h("tr", {}, sortHeader("start_time", "start"), h("th", {}, "service"), h("th", {}, "question"),
       h("th", {}, "answer"), sortHeader("duration_ms", "duration"), h("th", {}, "status"), h("th", {}, "sampled"),
       sortHeader("worst", "lowest score"), h("th", {}, "failing"))),
-    h("tbody", {}, traces.map((t) => h("tr", { class: "link", "data-trace": t.trace_id,
+    h("tbody", {}, traces.map((t) => h("tr", { class: "link", "data-trace": t.trace_id, "data-duration": t.duration_ms,
       onclick: () => { if (REPORT) location.hash = `#trace-${t.trace_id}`; else go(`/trace/${t.trace_id}`); } },
       h("td", { class: "nowrap" }, fmtTime(t.start_time)), h("td", { class: "nowrap" }, t.service_name || "—"),
       h("td", { class: "clip", title: t.question || "" }, t.question || "—"),
@@ -332,20 +350,31 @@ function failingChips(names, shown = 2) {
     names.length > shown ? h("span", { class: "muted" }, ` +${names.length - shown}`) : null];
 }
 
+// The services and score names of the current time range and service, for the filters of the
+// trace list; kept for a minute, so paging and sorting do not ask for the overview again.
+let scopeInfoCache = null;
+
+async function scopeInfo() {
+  const key = `${scope.since}|${scope.service}`;
+  if (scopeInfoCache && scopeInfoCache.key === key && Date.now() - scopeInfoCache.at < 60_000) return scopeInfoCache;
+  const o = await api("overview", { since: scope.since, service: scope.service });
+  scopeInfoCache = { key, at: Date.now(), services: o.services.map((s) => s.service_name), names: o.scores.map((s) => s.name) };
+  return scopeInfoCache;
+}
+
 async function tracesPage(params) {
   const filters = Object.fromEntries(params.entries());
   const query = { since: scope.since, service: scope.service, limit: 50, ...filters };
-  const [overview, page] = await Promise.all([
-    api("overview", { since: scope.since, service: scope.service }),
-    api("traces", query),
-  ]);
-  renderChrome("traces", overview.services.map((s) => s.service_name));
-  const names = overview.scores.map((s) => s.name);
+  const [info, page] = await Promise.all([scopeInfo(), api("traces", query)]);
+  const names = info.names;
   const set = (changes) => go("/traces", { ...filters, offset: null, ...changes });
+  // A filter from the URL on a score this window does not have stays visible (and selected).
+  const choices = (name) => [["", name === "score" ? "—" : "any"],
+    ...[...new Set([...names, ...(filters[name] ? [filters[name]] : [])])].sort().map((n) => [n, n])];
   const select = (name, label, options) => h("label", {}, label,
     h("select", { name, onchange: (e) => set({ [name]: e.target.value }) },
       options.map(([value, text]) => h("option", { value, selected: (filters[name] || "") === value }, text))));
-  const belowInput = h("input", { name: "below", type: "number", step: "0.05", min: "0", max: "1", value: filters.below || "", placeholder: "0.5", style: "width:80px" });
+  const belowInput = h("input", { name: "below", type: "number", step: "any", min: "0", max: "1", value: filters.below || "", placeholder: "0.5", style: "width:80px" });
   const textInput = h("input", { name: "q", type: "search", value: filters.q || "", placeholder: "question or answer text" });
   const form = h("form", { class: "filters", id: "trace-filters",
     onsubmit: (e) => {
@@ -354,8 +383,8 @@ async function tracesPage(params) {
       set({ q: textInput.value, score: score, below: score ? (belowInput.value || "0.5") : "" });
     } },
     select("status", "status", [["", "any"], ["ok", "ok"], ["error", "error"]]),
-    select("failing", "failing evaluator", [["", "any"], ...names.map((n) => [n, n])]),
-    h("label", {}, "score", h("select", { name: "score" }, [["", "—"], ...names.map((n) => [n, n])]
+    select("failing", "failing evaluator", choices("failing")),
+    h("label", {}, "score", h("select", { name: "score" }, choices("score")
       .map(([value, text]) => h("option", { value, selected: (filters.score || "") === value }, text)))),
     h("label", {}, "below", belowInput),
     h("label", {}, "text", textInput),
@@ -363,21 +392,30 @@ async function tracesPage(params) {
     Object.keys(filters).length ? h("button", { type: "button", onclick: () => go("/traces", {}) }, "Clear") : null);
 
   const out = [h("h1", {}, "Traces"), form];
-  if (!page.total && !Object.keys(filters).length && !overview.services.length) {
+  const chrome = ["traces", info.services];
+  if (!page.total && !Object.keys(filters).length && !info.services.length) {
     out.push(emptyState());
-    return out;
+    return { chrome, content: out };
   }
-  const from = page.total ? page.offset + 1 : 0;
+  const from = page.traces.length ? page.offset + 1 : 0;
   const to = page.offset + page.traces.length;
-  out.push(h("p", { class: "muted", id: "trace-count" }, `${fmtNum(from)}–${fmtNum(to)} of ${fmtNum(page.total)} traces`));
-  out.push(page.traces.length ? tracesTable(page.traces, {
-    sort: filters.sort || "start_time", order: filters.order || "desc",
-    onSort: (sort, order) => set({ sort, order }),
-  }) : h("div", { class: "panel empty" }, "No trace matches these filters."));
+  out.push(h("p", { class: "muted", id: "trace-count" }, page.traces.length || !page.offset
+    ? `${fmtNum(from)}–${fmtNum(to)} of ${fmtNum(page.total)} traces`
+    : `Past the last page: ${fmtNum(page.total)} traces in all.`));
+  if (page.traces.length) {
+    out.push(tracesTable(page.traces, {
+      sort: filters.sort || "start_time", order: filters.order || "desc",
+      onSort: (sort, order) => set({ sort, order }),
+    }));
+  } else if (page.offset) {
+    out.push(h("button", { id: "first", onclick: () => set({}) }, "Back to the first page"));
+  } else {
+    out.push(h("div", { class: "panel empty" }, "No trace matches these filters."));
+  }
   out.push(h("div", { class: "pager" },
     h("button", { id: "prev", disabled: page.offset === 0, onclick: () => set({ offset: Math.max(0, page.offset - page.limit) || null }) }, "← newer"),
     h("button", { id: "next", disabled: to >= page.total, onclick: () => set({ offset: page.offset + page.limit }) }, "older →")));
-  return out;
+  return { chrome, content: out };
 }
 
 // ---------------------------------------------------------------- one trace
@@ -466,8 +504,7 @@ function scoresView(scores) {
 
 async function tracePage(traceId) {
   const d = await api(`traces/${encodeURIComponent(traceId)}`);
-  renderChrome("traces", []);
-  return [h("h1", {}, "Trace"), ...traceView(d)];
+  return { chrome: ["traces", []], content: [h("h1", {}, "Trace"), ...traceView(d)] };
 }
 
 // ---------------------------------------------------------------- alerts and canaries
@@ -511,8 +548,7 @@ function alertsView(a) {
 
 async function alertsPage() {
   const a = await api("alerts");
-  renderChrome("alerts", []);
-  return [h("h1", {}, "Alerts and canaries"), ...alertsView(a)];
+  return { chrome: ["alerts", []], content: [h("h1", {}, "Alerts and canaries"), ...alertsView(a)] };
 }
 
 // ---------------------------------------------------------------- the router
@@ -523,21 +559,23 @@ async function render() {
   const ticket = ++renderCount;
   const { parts, params } = route();
   const main = document.getElementById("main");
-  let content;
+  let page;
   try {
-    if (parts[0] === "traces") content = await tracesPage(params);
-    else if (parts[0] === "trace" && parts[1]) content = await tracePage(parts[1]);
-    else if (parts[0] === "alerts") content = await alertsPage();
-    else content = await overviewPage();
+    if (parts[0] === "traces") page = await tracesPage(params);
+    else if (parts[0] === "trace" && parts[1]) page = await tracePage(parts[1]);
+    else if (parts[0] === "alerts") page = await alertsPage();
+    else page = await overviewPage();
   } catch (exc) {
     if (!(exc instanceof ApiError)) console.error(exc);
-    content = [errorBanner(exc)];
+    const active = { trace: "traces", traces: "traces", alerts: "alerts" }[parts[0]] || "overview";
+    page = { chrome: [active, []], content: [errorBanner(exc)] };
   }
   if (ticket !== renderCount) { // a newer navigation won: drop this one's charts too
     pendingCharts.length = 0;
     return;
   }
-  main.replaceChildren(...content);
+  renderChrome(...page.chrome);
+  main.replaceChildren(...page.content);
   main.dataset.ready = String(ticket);
   drawCharts();
 }
@@ -545,7 +583,7 @@ async function render() {
 // ---------------------------------------------------------------- the report (embedded data)
 
 function renderReport(r) {
-  document.title = `ragpulse report: ${r.window.start} to ${r.window.end} UTC`;
+  document.title = `ragpulse report: ${fmtTime(r.window.start)} – ${fmtTime(r.window.end)}`;
   document.getElementById("nav").replaceChildren();
   document.getElementById("controls").replaceChildren(h("span", {}, `generated ${fmtTime(r.generated_at)}`));
   const main = document.getElementById("main");
@@ -553,7 +591,7 @@ function renderReport(r) {
     h("h1", {}, "ragpulse report"),
     h("p", { class: "muted" }, `${fmtTime(r.window.start)} – ${fmtTime(r.window.end)}`,
       r.service ? ` · service ${r.service}` : " · every service", ` · ${r.source}`))];
-  if (!r.overview.services.length && !r.overview.scores.length) {
+  if (!r.overview.totals.traces && !r.overview.scores.length) {
     out.push(h("div", { class: "panel empty" }, "No traces in this window."));
   } else {
     out.push(...overviewView(r.overview, r.regressions));
@@ -564,7 +602,7 @@ function renderReport(r) {
     out.push(h("section", { class: "trace-section", id: `trace-${d.trace.trace_id}` },
       h("h2", {}, d.trace.question || d.trace.trace_id), ...traceView(d)));
   }
-  out.push(h("h2", {}, "Alerts"));
+  out.push(h("h2", { id: "report-alerts" }, "Alerts"));
   out.push(...alertsView(r.alerts).slice(1));
   main.replaceChildren(...out);
   main.dataset.ready = "report";
