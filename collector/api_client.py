@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,6 +10,15 @@ import httpx
 import orjson
 
 from collector.sql import TRUNCATED_HEADER
+
+# The API key a command sends to a server (`ragpulse --key K` sets it too).
+KEY_ENV = "RAGPULSE_KEY"
+
+
+def auth_headers(key: str | None = None) -> dict[str, str]:
+    """`Authorization: Bearer <key>` for `key`, else for $RAGPULSE_KEY; nothing without a key."""
+    key = key or os.environ.get(KEY_ENV)
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 class ApiError(RuntimeError):
@@ -18,9 +28,9 @@ class ApiError(RuntimeError):
 class ApiClient:
     """One connection pool to `url` (the server's HTTP port, e.g. http://127.0.0.1:4318)."""
 
-    def __init__(self, url: str, timeout: float = 120.0) -> None:
+    def __init__(self, url: str, timeout: float = 120.0, key: str | None = None) -> None:
         self.url = url.rstrip("/")
-        self._client = httpx.Client(base_url=self.url, timeout=timeout)
+        self._client = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(key))
 
     def close(self) -> None:
         self._client.close()
@@ -77,5 +87,7 @@ def _error_message(response: httpx.Response, url: str) -> str:
     except orjson.JSONDecodeError:
         return f"unexpected answer from {url} ({response.status_code})"
     if isinstance(payload, dict) and isinstance(payload.get("error"), str):
+        if response.status_code == 401:
+            return f"{payload['error']}: pass --key KEY or set {KEY_ENV}"
         return str(payload["error"])
     return f"unexpected answer from {url} ({response.status_code})"

@@ -17,6 +17,7 @@ from typing import Any, Self
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from collector.auth.config import AuthConfig
 from collector.config_base import Section
 from collector.exporters.config import ExportersConfig
 from collector.monitoring.config import MonitoringConfig
@@ -48,6 +49,7 @@ class Config(Section):
     evaluators: list[EvaluatorEntry] | None = None
     exporters: ExportersConfig = Field(default_factory=ExportersConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
     @model_validator(mode="after")
     def _canaries_need_a_judge(self) -> Self:

@@ -277,6 +277,8 @@ def demo_config(config: Config, db: Path) -> Config:
     """`config` with the demo's overrides: the demo file, free loopback ports, quick assembly."""
     demo = config.model_copy(deep=True)
     demo.store.path = str(db)
+    # Loopback and free ports, talked to by the demo alone: no keys (`--serve` then applies them).
+    demo.auth.keys = []
     demo.receivers.host = "127.0.0.1"
     demo.receivers.grpc_port = 0
     demo.receivers.http_port = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -20,9 +21,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from collector.api import Api
-from collector.config import Config
+from collector.auth import Keyring, KeyringError
+from collector.auth.grpc import AuthInterceptor
+from collector.auth.http import AuthMiddleware
+from collector.config import Config, ConfigError
 from collector.dashboard import pages
 from collector.dashboard.api import DashboardApi
 from collector.dashboard.data import dashboard_data
@@ -103,6 +108,7 @@ class Service:
     async def start(self) -> None:
         cfg = self.config
         cfg.check_evaluators()
+        keyring = self._keyring()
         self.store = open_store(cfg.store)
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
@@ -121,13 +127,25 @@ class Service:
             self.forwarder.start()
         pipeline = IngestPipeline(self.writer, self.metrics, self.forwarder)
 
-        self._grpc = OtlpGrpcReceiver(cfg.receivers, pipeline, self.metrics)
+        self._grpc = OtlpGrpcReceiver(
+            cfg.receivers, pipeline, self.metrics, interceptors=[AuthInterceptor(keyring, self.metrics)]
+        )
         await self._grpc.start()
 
         http_receiver = OtlpHttpReceiver(cfg.receivers, pipeline, self.metrics)
         api = Api(self.store, self.metrics, cfg.sql, self.assembler, health=self.health)
         dashboard = DashboardApi(dashboard_data(self._read_rows, cfg))
-        app = Starlette(routes=[*http_receiver.routes(), *api.routes(), *dashboard.routes(), *pages.routes()])
+        app = Starlette(
+            routes=[*http_receiver.routes(), *api.routes(), *dashboard.routes(), *pages.routes()],
+            middleware=[
+                Middleware(
+                    AuthMiddleware,
+                    keyring=keyring,
+                    metrics=self.metrics,
+                    metrics_open=cfg.auth.metrics == "open",
+                )
+            ],
+        )
         self._http_socket = _listen(cfg.receivers.host, cfg.receivers.http_port)
         # Written once both sockets listen (connections queue from here), before /healthz answers,
         # so a client that saw the server healthy also finds the sidecar.
@@ -232,6 +250,21 @@ class Service:
                 return
             if self._stopped.wait(60):
                 return
+
+    def _keyring(self) -> Keyring:
+        """The API keys (`auth:`); a key that cannot be read stops the start with its name."""
+        try:
+            keyring = Keyring.from_config(self.config.auth)
+        except KeyringError as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from None
+        host = self.config.receivers.host
+        if not keyring.enabled and not _loopback(host):
+            log.warning(
+                "listening on %s with no API keys: anyone who reaches the ports can send spans and "
+                "read every trace; configure auth.keys (docs/security.md)",
+                host,
+            )
+        return keyring
 
     def _read_rows(self, sql: str) -> list[dict[str, Any]]:
         """One read-only query with the `sql:` limits (the dashboard's queries)."""
@@ -350,3 +383,13 @@ class BackgroundService:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self.service.request_stop)
             self._thread.join(60)
+
+
+def _loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -35,6 +35,12 @@ class Metrics:
             ["protocol"],
             registry=r,
         )
+        self.auth_refusals = Counter(
+            "ragpulse_auth_refusals",
+            "Requests refused for their key, by surface (grpc, http) and reason (unauthenticated, forbidden)",
+            ["surface", "reason"],
+            registry=r,
+        )
         self.requests = Counter(
             "ragpulse_export_requests",
             "Export requests answered, by protocol and outcome",

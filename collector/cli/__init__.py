@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-from collector.cli.common import config_option
+from collector.cli.common import config_option, key_option
 
 # Command name -> "module:function". A command's module (and what it needs: the service, the judge
 # client, ...) loads only when that command runs, so `ragpulse sql` or `check` start quickly.
@@ -44,6 +44,7 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @config_option
+@key_option
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """ragpulse: OTLP in, RAG quality scores out, everything in DuckDB."""

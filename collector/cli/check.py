@@ -12,7 +12,7 @@ from typing import Any
 import click
 import orjson
 
-from collector.cli.common import config_option, sql_runner, target, user_errors
+from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_table
 from collector.monitoring.gates import Gate, GateKind, GateReport, GateResult, Query, check_gates
 from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
@@ -42,6 +42,7 @@ def _gates(kind: GateKind, values: tuple[str, ...]) -> list[Gate]:
 
 @click.command()
 @config_option
+@key_option
 @click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (default: store.path).")
 @click.option("--server", help="URL of a running ragpulse (its HTTP port), e.g. http://127.0.0.1:4318.")
 @click.option(

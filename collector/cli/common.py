@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
 
-from collector.api_client import ApiClient, ApiError
+from collector.api_client import KEY_ENV, ApiClient, ApiError
 from collector.config import Config, ConfigError, load_config
 from collector.datasets import DatasetError
 from collector.replay import ReplayError
@@ -70,6 +71,24 @@ def config_option(func: F) -> F:
         type=click.Path(dir_okay=False),
         default=None,
         help="Config file (default: ./ragpulse.yaml when present).",
+    )(func)
+
+
+def _use_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:
+        # Every client of a server in this process (`collector.api_client`) sends it from here.
+        os.environ[KEY_ENV] = value
+
+
+def key_option(func: F) -> F:
+    """`--key` (or $RAGPULSE_KEY): the API key sent to a server that requires one; accepted before
+    or after the subcommand."""
+    return click.option(
+        "--key",
+        envvar=KEY_ENV,
+        expose_value=False,
+        callback=_use_key,
+        help=f"API key for a server that requires one (default: ${KEY_ENV}).",
     )(func)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from collector.api_client import ApiClient
-from collector.cli.common import config_option, target, user_errors, writable
+from collector.cli.common import config_option, key_option, target, user_errors, writable
 from collector.datasets import cases_table, read_cases
 from collector.store import open_store
 
@@ -20,6 +20,7 @@ def datasets() -> None:
 @datasets.command("load")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @config_option
+@key_option
 @click.option("--server", help="URL of a running ragpulse (its HTTP port).")
 @click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (store.path).")
 @click.pass_context

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
-from collector.cli.common import config_option, target, user_errors, writable
+from collector.cli.common import config_option, key_option, target, user_errors, writable
 from collector.replay import ReplayError, replay_to_server, replay_to_store
 
 
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @config_option
+@key_option
 @click.option("--server", help="URL of a running ragpulse to send to (its HTTP port).")
 @click.option("--db", type=click.Path(dir_okay=False), help="Write straight into this DuckDB file.")
 @click.pass_context

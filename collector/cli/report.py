@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from collector.cli.common import config_option, sql_runner, target, user_errors
+from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 
 
 @click.command()
 @config_option
+@key_option
 @click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (default: store.path).")
 @click.option("--server", help="URL of a running ragpulse (its HTTP port), e.g. http://127.0.0.1:4318.")
 @click.option("--since", default="24h", show_default=True, help="Window length: 90s, 15m, 1h, 7d.")

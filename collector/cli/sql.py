@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
-from collector.cli.common import config_option, sql_runner, target, user_errors
+from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_records
 
 
 @click.command()
 @click.argument("query")
 @config_option
+@key_option
 @click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (default: store.path).")
 @click.option("--server", help="URL of a running ragpulse (its HTTP port), e.g. http://127.0.0.1:4318.")
 @click.option(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 import grpc
@@ -123,15 +123,22 @@ class _LogsService:
 class OtlpGrpcReceiver:
     """The gRPC server; `start()` binds the port (0 picks a free one, see `.port`)."""
 
-    def __init__(self, config: ReceiversConfig, pipeline: IngestPipeline, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        config: ReceiversConfig,
+        pipeline: IngestPipeline,
+        metrics: Metrics,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    ) -> None:
         self._config = config
         self._server = grpc.aio.server(
+            interceptors=list(interceptors),
             options=[
                 ("grpc.max_receive_message_length", config.max_request_bytes),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
                 # gRPC sets SO_REUSEPORT by default, so a second server would silently share the port.
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         service = _TraceService(pipeline, metrics, config.retry_after)
         export = grpc.unary_unary_rpc_method_handler(

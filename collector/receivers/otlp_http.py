@@ -93,9 +93,10 @@ def _encode(message: Message, as_json: bool) -> tuple[bytes, str]:
     return message.SerializeToString(), PROTOBUF
 
 
-def _status_response(
+def status_response(
     http_status: int, code: int, message: str, as_json: bool, headers: dict[str, str] | None = None
 ) -> Response:
+    """An OTLP/HTTP error: a google.rpc.Status in the request's encoding."""
     body, media_type = _encode(status_pb2.Status(code=code, message=message), as_json)
     return Response(body, status_code=http_status, media_type=media_type, headers=headers)
 
@@ -215,4 +216,4 @@ class OtlpHttpReceiver:
         headers: dict[str, str] | None = None,
     ) -> Response:
         self._metrics.requests.labels(protocol, outcome).inc()
-        return _status_response(http_status, code, message, as_json, headers)
+        return status_response(http_status, code, message, as_json, headers)
