@@ -7,10 +7,13 @@ for the GIL. Arrow tables cross the process boundary cheaply (pickled as Arrow I
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -91,8 +94,25 @@ def init_worker(niceness: int, parent: int, scoring: ScoringSetup | None = None)
 
 
 def run_worker_job(job: MapJob) -> MapResult:
-    """`run_map_job` in the mapping worker, with the scoring stage it was started with."""
-    return run_map_job(job, _worker_scoring)
+    """`run_map_job` in the mapping worker, with the scoring stage it was started with.
+
+    The cyclic garbage collector is paused while the job runs: a job allocates millions of
+    short-lived objects, and the collector's passes over them cost a fifth of the job's CPU time
+    while finding almost nothing (only the mapping tree's nodes form cycles, a dozen objects per
+    trace). It runs again between jobs, and frees those then."""
+    with _collector_paused():
+        return run_map_job(job, _worker_scoring)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -170,94 +171,131 @@ def score_rows(
 ) -> ScoreRows:
     """Rows for the scores of many traces: `(trace, revision, scores)` each, `evaluator` being
     `deterministic` or `judge`. Times are `now_us` (µs since the epoch)."""
-    columns: dict[str, list[Any]] = {name: [] for name in SCORES.column_names}
-    events: dict[str, list[Any]] = {name: [] for name in ("trace_id", "span_id", "attributes")}
+    # Built column by column (a row dict per score cost more than the evaluators that made them).
+    trace_ids: list[str] = []
+    span_ids: list[str] = []
+    services: list[str | None] = []
+    buckets: list[int] = []
+    revisions: list[int] = []
+    items_json: list[str] = []
+    attributes: list[str] = []
+    flat: list[Score] = []
     for trace, revision, scores in scored:
-        bucket = _minute(trace.start_us if trace.start_us is not None else now_us)
+        n = len(scores)
+        if not n:
+            continue
+        trace_ids += [trace.trace_id] * n
+        services += [trace.service_name] * n
+        buckets += [_minute(trace.start_us if trace.start_us is not None else now_us)] * n
+        revisions += [revision] * n
+        spans = _EvaluatedSpans(trace)
         for score in scores:
-            span_id = evaluated_span(trace, score.name)
+            span_ids.append(spans.of(score.name))
             items = _items(score)
-            _append_score(columns, trace, span_id, score, items, bucket, evaluator, revision, now_us)
-            events["trace_id"].append(trace.trace_id)
-            events["span_id"].append(span_id)
-            events["attributes"].append(event_attributes(score, evaluator, revision, items))
-    n = len(columns["trace_id"])
-    n_events = len(events["trace_id"])
-    event_columns = {
-        **events,
-        "time": [now_us * 1000] * n_events,  # span_events keep nanoseconds
-        "name": [EVALUATION_EVENT] * n_events,
-        "source": [WRITEBACK_SOURCE] * n_events,
-        "received_at": [now_us * 1000] * n_events,
+            text = orjson.dumps(items).decode()
+            items_json.append(text)
+            attributes.append(event_attributes(score, evaluator, revision, items, items_json=text))
+        flat.extend(scores)
+    n = len(flat)
+    columns: dict[str, list[Any]] = {
+        "trace_id": trace_ids,
+        "span_id": span_ids,
+        "name": _field(flat, "name"),
+        "value": _field(flat, "value"),
+        "status": _field(flat, "status"),
+        "threshold": _field(flat, "threshold"),
+        "label": _field(flat, "label"),
+        "explanation": _field(flat, "explanation"),
+        "items": items_json,
+        "judge_provider": _field(flat, "provider"),
+        "judge_model": _field(flat, "model"),
+        "judge_temperature": _field(flat, "temperature"),
+        "prompt_version": _field(flat, "prompt_version"),
+        "config_hash": _field(flat, "config_hash"),
+        "judge_input_tokens": _field(flat, "judge_input_tokens"),
+        "judge_output_tokens": _field(flat, "judge_output_tokens"),
+        "latency_ms": _field(flat, "latency_ms"),
+        "created_at": [now_us] * n,
+        "service_name": services,
+        "bucket": buckets,
+        "evaluator": [evaluator] * n,
+        "revision": revisions,
+    }
+    event_columns: dict[str, list[Any]] = {
+        "trace_id": trace_ids,
+        "span_id": span_ids,
+        "attributes": attributes,
+        "time": [now_us * 1000] * n,  # span_events keep nanoseconds
+        "name": [EVALUATION_EVENT] * n,
+        "source": [WRITEBACK_SOURCE] * n,
+        "received_at": [now_us * 1000] * n,
     }
     outbox = EVALUATION_OUTBOX.arrow_schema().empty_table()
-    if export_events and n_events:
+    if export_events and n:
         outbox = EVALUATION_OUTBOX.arrow_table(
             {
-                **events,
-                "event_id": [secrets.token_hex(16) for _ in range(n_events)],
-                "time": [now_us] * n_events,
-                "name": [EVALUATION_EVENT] * n_events,
-                "evaluator": [evaluator] * n_events,
-                "revision": columns["revision"],
-                "created_at": [now_us] * n_events,
+                "trace_id": trace_ids,
+                "span_id": span_ids,
+                "attributes": attributes,
+                "event_id": [secrets.token_hex(16) for _ in range(n)],
+                "time": [now_us] * n,
+                "name": [EVALUATION_EVENT] * n,
+                "evaluator": [evaluator] * n,
+                "revision": revisions,
+                "created_at": [now_us] * n,
             },
-            n_events,
+            n,
         )
     return ScoreRows(
         scores=SCORES.arrow_table(columns, n),
-        events=SPAN_EVENTS.arrow_table(event_columns, n_events),
+        events=SPAN_EVENTS.arrow_table(event_columns, n),
         outbox=outbox,
     )
 
 
-def _append_score(
-    columns: dict[str, list[Any]],
-    trace: RagTrace,
-    span_id: str,
-    score: Score,
-    items: list[dict[str, Any]],
-    bucket: int,
-    evaluator: str,
-    revision: int,
-    now_us: int,
-) -> None:
-    values = {
-        "trace_id": trace.trace_id,
-        "span_id": span_id,
-        "name": score.name,
-        "value": score.value,
-        "status": score.status,
-        "threshold": score.threshold,
-        "label": score.label,
-        "explanation": score.explanation,
-        "items": orjson.dumps(items).decode(),
-        "judge_provider": score.provider,
-        "judge_model": score.model,
-        "judge_temperature": score.temperature,
-        "prompt_version": score.prompt_version,
-        "config_hash": score.config_hash,
-        "judge_input_tokens": score.judge_input_tokens,
-        "judge_output_tokens": score.judge_output_tokens,
-        "latency_ms": score.latency_ms,
-        "created_at": now_us,
-        "service_name": trace.service_name,
-        "bucket": bucket,
-        "evaluator": evaluator,
-        "revision": revision,
-    }
-    for name, value in values.items():
-        columns[name].append(value)
+def _field(scores: list[Score], name: str) -> list[Any]:
+    """One field of every score, in order."""
+    return list(map(attrgetter(name), scores))
+
+
+class _EvaluatedSpans:
+    """`evaluated_span` for the scores of one trace: the span depends only on the kind of score
+    (retrieval, generation or answer), so each kind's step lookup is done once per trace."""
+
+    __slots__ = ("_by_kind", "_trace")
+
+    def __init__(self, trace: RagTrace) -> None:
+        self._trace = trace
+        self._by_kind: dict[str, str] = {}
+
+    def of(self, name: str) -> str:
+        if name.startswith(_RETRIEVAL_PREFIXES):
+            kind = "retrieval"
+        elif name in _GENERATION_NAMES:
+            kind = "generation"
+        else:
+            kind = "answer"
+        span_id = self._by_kind.get(kind)
+        if span_id is None:
+            span_id = self._by_kind[kind] = evaluated_span(self._trace, name)
+        return span_id
 
 
 def _items(score: Score) -> list[dict[str, Any]]:
     return [{"text": i.text, "ok": i.ok, "evidence": i.evidence} for i in score.items]
 
 
-def event_attributes(score: Score, evaluator: str, revision: int, items: list[dict[str, Any]]) -> str:
+def event_attributes(
+    score: Score,
+    evaluator: str,
+    revision: int,
+    items: list[dict[str, Any]],
+    items_json: str | None = None,
+) -> str:
     """The `gen_ai.evaluation.result` event of a score, as JSON attributes: the OpenTelemetry GenAI
     evaluation attributes plus `ragpulse.*` extras (status, threshold, judge, revision, and the
-    first claims or documents behind the score, failing first)."""
+    first claims or documents behind the score, failing first). `items_json`, when given, is the
+    JSON of `items` already made for the score row: reused when no item has to be cut."""
     attributes: dict[str, Any] = {
         "gen_ai.evaluation.name": score.name,
         "gen_ai.evaluation.score.label": score.label or score.status,
@@ -278,12 +316,27 @@ def event_attributes(score: Score, evaluator: str, revision: int, items: list[di
     if score.prompt_version:
         attributes["ragpulse.prompt_version"] = score.prompt_version
     if items:
-        shown = [
-            {**item, "text": _clip(item["text"]), "evidence": _clip(item["evidence"])}
-            for item in items[:MAX_EVENT_ITEMS]
-        ]
-        attributes["ragpulse.items"] = orjson.dumps(shown).decode()
+        if items_json is None or not _fits(items):
+            shown = [
+                {**item, "text": _clip(item["text"]), "evidence": _clip(item["evidence"])}
+                for item in items[:MAX_EVENT_ITEMS]
+            ]
+            items_json = orjson.dumps(shown).decode()
+        attributes["ragpulse.items"] = items_json
     return orjson.dumps(attributes).decode()
+
+
+def _fits(items: list[dict[str, Any]]) -> bool:
+    """Whether the event shows `items` as they are: no more than it keeps, no text it would cut."""
+    if len(items) > MAX_EVENT_ITEMS:
+        return False
+    for item in items:
+        text, evidence = item["text"], item["evidence"]
+        if (text is not None and len(text) > MAX_EVENT_TEXT) or (
+            evidence is not None and len(evidence) > MAX_EVENT_TEXT
+        ):
+            return False
+    return True
 
 
 def _clip(text: str | None) -> str | None:
