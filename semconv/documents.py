@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from semconv.construct import builder
 from semconv.models import Document
 from semconv.values import as_list, as_mapping, is_absent, number, parse_structured, scalar_text, text
 
@@ -21,6 +22,13 @@ SCORE_KEYS = ("document.score", "score", "relevance_score", "db.query.result.sco
 DISTANCE_KEYS = ("distance", "document.distance", "db.query.result.distance", "db.search.result.distance")
 METADATA_KEYS = ("document.metadata", "metadata", "db.query.result.metadata", "db.search.result.entity")
 
+
+# `Document.model_construct(rank=, id=, content=, score=, distance=, metadata=)`, positionally.
+_document = builder(
+    Document,
+    ("rank", "id", "content", "score", "distance", "metadata"),
+    (1, "id", "text", 0.5, None, {"source": "kb"}),
+)
 
 # Each field name of every convention -> (Document field, precedence: lower wins).
 _FIELD_OF: dict[str, tuple[str, int]] = {
@@ -66,9 +74,7 @@ def document(item: Any, rank: int) -> Document | None:
     """One document from a mapping in any convention's field names; None when it is not one."""
     item = parse_structured(item)
     if isinstance(item, str):
-        return Document.model_construct(
-            rank=rank, id=None, content=item, score=None, distance=None, metadata=None
-        )
+        return _document(rank, None, item, None, None, None)
     if not isinstance(item, Mapping):
         return None
     if "node" in item:
@@ -80,13 +86,13 @@ def document(item: Any, rank: int) -> Document | None:
     metadata = fields.get("metadata")
     # Every value below is already normalized to the field's type (and rank >= 1 by the callers),
     # so validation is skipped: it was a tenth of the mapping time.
-    return Document.model_construct(
-        rank=rank,
-        id=scalar_text(fields.get("id")),
-        content=text(content),
-        score=number(fields.get("score")),
-        distance=number(fields.get("distance")),
-        metadata=as_mapping(metadata) if metadata is not None else None,
+    return _document(
+        rank,
+        scalar_text(fields.get("id")),
+        text(content),
+        number(fields.get("score")),
+        number(fields.get("distance")),
+        as_mapping(metadata) if metadata is not None else None,
     )
 
 

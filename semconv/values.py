@@ -142,13 +142,39 @@ def _index_lists(attributes: Mapping[str, Any]) -> dict[str, dict[int, dict[str,
     # Every '.'-ending prefix of every key that is followed by a numeric segment and a suffix:
     # exactly the (prefix, index, suffix) triples the scanning `unflatten` would find, in key order.
     lists: dict[str, dict[int, dict[str, Any]]] = {}
+    known = _KEY_PARTS.get
     for key, value in attributes.items():
-        for match in _INDEX_SEGMENT.finditer(key):
-            suffix = key[match.end(1) + 1 :]
-            if suffix:
-                entry = lists.setdefault(key[: match.start() + 1], {})
-                entry.setdefault(int(match.group(1)), {})[suffix] = value
+        parts = known(key)
+        if parts is None:
+            parts = _key_parts(key)
+        for prefix, index, suffix in parts:
+            entry = lists.get(prefix)
+            if entry is None:
+                entry = lists[prefix] = {}
+            item = entry.get(index)
+            if item is None:
+                item = entry[index] = {}
+            item[suffix] = value
     return lists
+
+
+# key -> its (prefix, index, suffix) triples. Spans of one app repeat the same keys trace after
+# trace (`retrieval.documents.0.document.id`, ...), so each key is parsed once. Bounded: cleared
+# when full, as keys come from the traffic.
+_KEY_PARTS: dict[str, tuple[tuple[str, int, str], ...]] = {}
+_KEY_PARTS_LIMIT = 100_000
+
+
+def _key_parts(key: str) -> tuple[tuple[str, int, str], ...]:
+    parts = tuple(
+        (key[: match.start() + 1], int(match.group(1)), suffix)
+        for match in _INDEX_SEGMENT.finditer(key)
+        if (suffix := key[match.end(1) + 1 :])
+    )
+    if len(_KEY_PARTS) >= _KEY_PARTS_LIMIT:
+        _KEY_PARTS.clear()
+    _KEY_PARTS[key] = parts
+    return parts
 
 
 def unflatten(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
