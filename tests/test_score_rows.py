@@ -8,8 +8,10 @@ long texts (while `scores.items` keeps everything), and each score lands under i
 from __future__ import annotations
 
 import json
+import pickle
 
 from collector.processors.scoring import MAX_EVENT_ITEMS, MAX_EVENT_TEXT, evaluated_span, score_rows
+from collector.store.trace_rows import AssembledTrace, TraceTables, trace_tables
 from evaluators.scores import Score, score_item
 from semconv.models import RagTrace, Step
 
@@ -86,3 +88,22 @@ def test_each_score_lands_under_its_evaluated_span() -> None:
     assert rows.scores["revision"].to_pylist() == [1] * 5 + [3]
     assert rows.scores["evaluator"].to_pylist() == ["judge"] * 6
     assert rows.outbox.num_rows == 0
+
+
+def test_trace_tables_cross_the_process_boundary_unchanged() -> None:
+    """The mapping worker's tables are pickled as Arrow IPC streams: same schemas, same values."""
+    trace = _trace()
+    tables = trace_tables([AssembledTrace(trace, "complete", 2, NOW_US)], NOW_US)
+    rows = score_rows(
+        [(trace, 2, [Score.skip("faithfulness", "no_answer", "x")])], "deterministic", NOW_US, True
+    )
+    tables.scores, tables.events, tables.outbox = rows.scores, rows.events, rows.outbox
+    back = pickle.loads(pickle.dumps(tables))
+    for name, table in vars(tables).items():
+        copy = getattr(back, name)
+        assert copy.schema.equals(table.schema, check_metadata=True), name
+        assert copy.equals(table), name
+    empty = TraceTables(tables.traces.slice(0, 0), tables.steps, tables.documents)
+    back = pickle.loads(pickle.dumps(empty))
+    assert back.traces.num_rows == 0 and back.traces.schema.equals(tables.traces.schema)
+    assert back.scores is None and back.events is None and back.outbox is None

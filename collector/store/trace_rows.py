@@ -40,6 +40,27 @@ class TraceTables:
     events: pa.Table | None = None  # write-back `gen_ai.evaluation.result` span events
     outbox: pa.Table | None = None  # the same events, waiting for OTLP export
 
+    # The mapping worker sends these back to the service pickled. pyarrow pickles a table buffer
+    # by buffer, which cost more than a millisecond per megabyte at each end; one Arrow IPC stream
+    # per table carries the same columns (schema, values, nulls) for a tenth of that.
+    def __getstate__(self) -> dict[str, bytes | None]:
+        return {name: None if table is None else _ipc_bytes(table) for name, table in vars(self).items()}
+
+    def __setstate__(self, state: dict[str, bytes | None]) -> None:
+        for name, data in state.items():
+            setattr(self, name, None if data is None else _ipc_table(data))
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _ipc_table(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
 
 def _json(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
