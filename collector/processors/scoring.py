@@ -200,21 +200,8 @@ def score_rows(
     columns: dict[str, list[Any]] = {
         "trace_id": trace_ids,
         "span_id": span_ids,
-        "name": _field(flat, "name"),
-        "value": _field(flat, "value"),
-        "status": _field(flat, "status"),
-        "threshold": _field(flat, "threshold"),
-        "label": _field(flat, "label"),
-        "explanation": _field(flat, "explanation"),
+        **_score_columns(flat),
         "items": items_json,
-        "judge_provider": _field(flat, "provider"),
-        "judge_model": _field(flat, "model"),
-        "judge_temperature": _field(flat, "temperature"),
-        "prompt_version": _field(flat, "prompt_version"),
-        "config_hash": _field(flat, "config_hash"),
-        "judge_input_tokens": _field(flat, "judge_input_tokens"),
-        "judge_output_tokens": _field(flat, "judge_output_tokens"),
-        "latency_ms": _field(flat, "latency_ms"),
         "created_at": [now_us] * n,
         "service_name": services,
         "bucket": buckets,
@@ -253,9 +240,32 @@ def score_rows(
     )
 
 
-def _field(scores: list[Score], name: str) -> list[Any]:
-    """One field of every score, in order."""
-    return list(map(attrgetter(name), scores))
+# `scores` columns stored as the score has them: column -> Score field.
+_SCORE_FIELDS = {
+    "name": "name",
+    "value": "value",
+    "status": "status",
+    "threshold": "threshold",
+    "label": "label",
+    "explanation": "explanation",
+    "judge_provider": "provider",
+    "judge_model": "model",
+    "judge_temperature": "temperature",
+    "prompt_version": "prompt_version",
+    "config_hash": "config_hash",
+    "judge_input_tokens": "judge_input_tokens",
+    "judge_output_tokens": "judge_output_tokens",
+    "latency_ms": "latency_ms",
+}
+_score_fields = attrgetter(*_SCORE_FIELDS.values())
+
+
+def _score_columns(scores: list[Score]) -> dict[str, list[Any]]:
+    """The `_SCORE_FIELDS` columns of `scores`. Each score is read once, all its fields together:
+    a pass over the scores per field took three times as long (every score was fetched 14 times)."""
+    if not scores:
+        return {column: [] for column in _SCORE_FIELDS}
+    return dict(zip(_SCORE_FIELDS, map(list, zip(*map(_score_fields, scores), strict=True)), strict=True))
 
 
 class _EvaluatedSpans:
