@@ -2,7 +2,8 @@
 
 It runs in the assembler thread or, with `assembler.workers: 1`, in a worker process: mapping is
 pure Python, and a second process puts it on the second core instead of competing with ingest
-for the GIL. Arrow tables cross the process boundary cheaply (pickled as Arrow IPC buffers).
+for the GIL. Arrow tables cross the process boundary cheaply (each table one Arrow IPC stream,
+`TraceTables.__getstate__`), and the cyclic garbage collector pauses while a job runs.
 """
 
 from __future__ import annotations
