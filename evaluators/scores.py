@@ -31,11 +31,13 @@ the direct path off if this pydantic version lays out models differently.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from operator import attrgetter
-from typing import Any, Literal, Self, cast
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from semconv.construct import new_instance, same_record, set_dict, set_extra, set_fields_set, set_private
 
 ScoreStatus = Literal["pass", "fail", "error", "skipped"]
 
@@ -213,23 +215,6 @@ class Score(BaseModel):
 # See the module docstring. `_build` does what `BaseModel.model_construct` does (set the four
 # instance slots), for a field dict already complete and in field order.
 
-_new = object.__new__
-_set = object.__setattr__
-
-
-def _slot_setter(name: str) -> Callable[[Any, Any], None]:
-    """The setter of one of BaseModel's instance slots: what `object.__setattr__(obj, name, value)`
-    ends up calling, without the attribute lookup (checked by the self-check like the rest)."""
-    setter = getattr(BaseModel.__dict__.get(name), "__set__", None)
-    if setter is None:
-        return lambda obj, value: _set(obj, name, value)
-    return cast(Callable[[Any, Any], None], setter)
-
-
-_set_dict = _slot_setter("__dict__")
-_set_fields_set = _slot_setter("__pydantic_fields_set__")
-_set_extra = _slot_setter("__pydantic_extra__")
-_set_private = _slot_setter("__pydantic_private__")
 _ok = attrgetter("ok")
 # Field defaults in field order; `items` (a default factory) is always given by the constructors.
 _DEFAULTS: dict[str, Any] = {name: info.default for name, info in Score.model_fields.items()}
@@ -240,11 +225,11 @@ _DIRECT = False  # set by the self-check below
 
 
 def _build(fields: dict[str, Any], fields_set: frozenset[str]) -> Score:
-    score = _new(Score)
-    _set_dict(score, fields)
-    _set_fields_set(score, set(fields_set))
-    _set_extra(score, None)
-    _set_private(score, None)
+    score = new_instance(Score)
+    set_dict(score, fields)
+    set_fields_set(score, set(fields_set))
+    set_extra(score, None)
+    set_private(score, None)
     return score
 
 
@@ -279,11 +264,11 @@ def _sorted_items(items: object) -> list[ScoreItem] | None:
 def score_item(text: str, ok: bool, evidence: str | None = None) -> ScoreItem:
     """`ScoreItem(text=text, ok=ok, evidence=evidence)`, built directly when the types are exact."""
     if _DIRECT and type(text) is str and type(ok) is bool and (evidence is None or type(evidence) is str):
-        item = _new(ScoreItem)
-        _set_dict(item, {"text": text, "ok": ok, "evidence": evidence})
-        _set_fields_set(item, {"text", "ok", "evidence"})
-        _set_extra(item, None)
-        _set_private(item, None)
+        item = new_instance(ScoreItem)
+        set_dict(item, {"text": text, "ok": ok, "evidence": evidence})
+        set_fields_set(item, {"text", "ok", "evidence"})
+        set_extra(item, None)
+        set_private(item, None)
         return item
     return ScoreItem(text=text, ok=ok, evidence=evidence)
 
@@ -294,16 +279,9 @@ def score_items(rows: Iterable[tuple[str, bool, str | None]]) -> list[ScoreItem]
         return [ScoreItem(text=text, ok=ok, evidence=evidence) for text, ok, evidence in rows]
     items: list[ScoreItem] = []
     append = items.append
-    new, set_dict, set_fields_set, set_extra, set_private = (
-        _new,
-        _set_dict,
-        _set_fields_set,
-        _set_extra,
-        _set_private,
-    )
     for text, ok, evidence in rows:
         if type(text) is str and type(ok) is bool and (evidence is None or type(evidence) is str):
-            item = new(ScoreItem)
+            item = new_instance(ScoreItem)
             set_dict(item, {"text": text, "ok": ok, "evidence": evidence})
             set_fields_set(item, {"text", "ok", "evidence"})
             set_extra(item, None)
@@ -312,19 +290,6 @@ def score_items(rows: Iterable[tuple[str, bool, str | None]]) -> list[ScoreItem]
         else:
             append(ScoreItem(text=text, ok=ok, evidence=evidence))
     return items
-
-
-def _same(built: BaseModel, validated: BaseModel) -> bool:
-    return (
-        type(built) is type(validated)
-        and list(built.__dict__) == list(validated.__dict__)
-        and built == validated
-        and built.model_fields_set == validated.model_fields_set
-        and built.__pydantic_extra__ == validated.__pydantic_extra__
-        and built.__pydantic_private__ == validated.__pydantic_private__
-        and repr(built) == repr(validated)
-        and built.model_dump_json() == validated.model_dump_json()
-    )
 
 
 def _self_check() -> bool:
@@ -367,7 +332,7 @@ def _self_check() -> bool:
                 ),
             ),
         ]
-        _DIRECT = all(_same(built, validated) for built, validated in pairs)
+        _DIRECT = all(same_record(built, validated) for built, validated in pairs)
     except Exception:  # a pydantic whose models differ: validate everything
         _DIRECT = False
     return _DIRECT

@@ -18,22 +18,24 @@ from pydantic import BaseModel
 
 M = TypeVar("M", bound=BaseModel)
 
-_new = object.__new__
+new_instance = object.__new__
 _set = object.__setattr__
 
 
 def _slot_setter(name: str) -> Callable[[Any, Any], None]:
-    """The setter of one of BaseModel's instance slots (what `object.__setattr__` ends up calling)."""
+    """The setter of one of BaseModel's instance slots: what `object.__setattr__(obj, name, value)`
+    ends up calling, without the attribute lookup (each user checks itself against pydantic)."""
     setter = getattr(BaseModel.__dict__.get(name), "__set__", None)
     if setter is None:
         return lambda obj, value: _set(obj, name, value)
     return cast(Callable[[Any, Any], None], setter)
 
 
-_set_dict = _slot_setter("__dict__")
-_set_fields_set = _slot_setter("__pydantic_fields_set__")
-_set_extra = _slot_setter("__pydantic_extra__")
-_set_private = _slot_setter("__pydantic_private__")
+# The four slots `model_construct` sets on a new instance (also used by evaluators/scores.py).
+set_dict = _slot_setter("__dict__")
+set_fields_set = _slot_setter("__pydantic_fields_set__")
+set_extra = _slot_setter("__pydantic_extra__")
+set_private = _slot_setter("__pydantic_private__")
 
 
 def builder(model: type[M], fields: tuple[str, ...], sample: tuple[Any, ...]) -> Callable[..., M]:
@@ -44,11 +46,11 @@ def builder(model: type[M], fields: tuple[str, ...], sample: tuple[Any, ...]) ->
     `model_post_init`; otherwise (or when the comparison fails) `model_construct` is returned."""
 
     def direct(*values: Any) -> M:
-        record = _new(model)
-        _set_dict(record, dict(zip(fields, values, strict=True)))
-        _set_fields_set(record, set(fields))
-        _set_extra(record, None)
-        _set_private(record, None)
+        record = new_instance(model)
+        set_dict(record, dict(zip(fields, values, strict=True)))
+        set_fields_set(record, set(fields))
+        set_extra(record, None)
+        set_private(record, None)
         return record
 
     def constructed(*values: Any) -> M:
@@ -62,13 +64,14 @@ def builder(model: type[M], fields: tuple[str, ...], sample: tuple[Any, ...]) ->
     ):
         return constructed
     try:
-        same = _same(direct(*sample), constructed(*sample))
+        same = same_record(direct(*sample), constructed(*sample))
     except Exception:  # a pydantic whose models differ: construct them its way
         same = False
     return direct if same else constructed
 
 
-def _same(built: BaseModel, constructed: BaseModel) -> bool:
+def same_record(built: BaseModel, constructed: BaseModel) -> bool:
+    """Whether a record built directly is indistinguishable from pydantic's own (the self-checks)."""
     return (
         type(built) is type(constructed)
         and list(built.__dict__) == list(constructed.__dict__)

@@ -75,13 +75,18 @@ def score_series_sql(window: Window, service: str | None, step: int) -> str:
     )
 
 
+# Over a set of `traces` rows: how many, how many failed, and their latency (total, retrieval, generation).
+_TRAFFIC = (
+    "count(*) AS traces, count(*) FILTER (status = 'error') AS errors, "
+    "quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms, "
+    "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms"
+)
+
+
 def traffic_series_sql(window: Window, service: str | None, step: int) -> str:
     """Per chart bucket: traces, errors, and latency (total, retrieval, generation)."""
     return (
-        f"SELECT time_bucket(INTERVAL {step} SECOND, start_time) AS t, count(*) AS traces, "
-        "count(*) FILTER (status = 'error') AS errors, "
-        "quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms, "
-        "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms "
+        f"SELECT time_bucket(INTERVAL {step} SECOND, start_time) AS t, {_TRAFFIC} "
         f"FROM traces WHERE {window.sql('start_time')}{_service('service_name', service)} "
         "GROUP BY ALL ORDER BY t"
     )
@@ -89,20 +94,14 @@ def traffic_series_sql(window: Window, service: str | None, step: int) -> str:
 
 def totals_sql(window: Window, service: str | None) -> str:
     """The window's traces together (one service or all): count, errors, latency."""
-    return (
-        "SELECT count(*) AS traces, count(*) FILTER (status = 'error') AS errors, "
-        "quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms, "
-        "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms "
-        f"FROM traces WHERE {window.sql('start_time')}{_service('service_name', service)}"
-    )
+    where = f"{window.sql('start_time')}{_service('service_name', service)}"
+    return f"SELECT {_TRAFFIC} FROM traces WHERE {where}"
 
 
 def services_sql(window: Window) -> str:
     """Per service over the window: traces, errors, latency, tokens."""
     return (
-        "SELECT service_name, count(*) AS traces, count(*) FILTER (status = 'error') AS errors, "
-        "quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms, "
-        "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms, "
+        f"SELECT service_name, {_TRAFFIC}, "
         "sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens "
         f"FROM traces WHERE {window.sql('start_time')} GROUP BY ALL ORDER BY traces DESC"
     )
