@@ -225,7 +225,7 @@ function overviewView(o, regressions) {
     out.push(h("div", { class: "banner alert", role: "alert" },
       h("b", {}, `${o.firing_alerts.length} alert${o.firing_alerts.length > 1 ? "s" : ""} firing: `),
       o.firing_alerts.map((a, i) => [i ? ", " : "", h("a", { href: REPORT ? "#report-alerts" : "#/alerts" }, a.alert),
-        ` (${a.service_name || "every service"}, ${a.score || ""} ${a.condition || ""} = ${fmtNum(a.value)})`])));
+        ` (${a.service_name || "every service"}: ${a.condition || a.score || ""}, now ${fmtNum(a.value)})`])));
   }
   const t = o.totals;
   const kpi = (label, value) => h("div", { class: "kpi" }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
