@@ -132,12 +132,23 @@ def evaluated_span(trace: RagTrace, name: str) -> str:
     """The span a score is written back under: the retrieval span for retrieval and context scores,
     the LLM span that wrote the answer for faithfulness and citations, the root span for scores of
     the answer as a whole. Falls back to the root span, then to the first step's span."""
+    return _span_for(trace, _evaluates(name))
+
+
+def _evaluates(name: str) -> str:
+    """What a score evaluates: `retrieval`, `generation` or `answer` (its evaluated span follows)."""
     if name.startswith(_RETRIEVAL_PREFIXES):
+        return "retrieval"
+    return "generation" if name in _GENERATION_NAMES else "answer"
+
+
+def _span_for(trace: RagTrace, target: str) -> str:
+    if target == "retrieval":
         reranks = trace.steps_of("rerank")
         step = reranks[-1] if reranks else next(iter(trace.steps_of("retrieval")), None)
         if step is not None:
             return step.span_id
-    elif name in _GENERATION_NAMES:
+    elif target == "generation":
         llms = trace.steps_of("llm")
         if llms:
             return llms[-1].span_id
@@ -269,8 +280,8 @@ def _score_columns(scores: list[Score]) -> dict[str, list[Any]]:
 
 
 class _EvaluatedSpans:
-    """`evaluated_span` for the scores of one trace: the span depends only on the kind of score
-    (retrieval, generation or answer), so each kind's step lookup is done once per trace."""
+    """`evaluated_span` for the scores of one trace: the span depends only on what a score evaluates
+    (`_evaluates`), so each one's step lookup is done once per trace."""
 
     __slots__ = ("_by_kind", "_trace")
 
@@ -279,15 +290,10 @@ class _EvaluatedSpans:
         self._by_kind: dict[str, str] = {}
 
     def of(self, name: str) -> str:
-        if name.startswith(_RETRIEVAL_PREFIXES):
-            kind = "retrieval"
-        elif name in _GENERATION_NAMES:
-            kind = "generation"
-        else:
-            kind = "answer"
-        span_id = self._by_kind.get(kind)
+        target = _evaluates(name)
+        span_id = self._by_kind.get(target)
         if span_id is None:
-            span_id = self._by_kind[kind] = evaluated_span(self._trace, name)
+            span_id = self._by_kind[target] = _span_for(self._trace, target)
         return span_id
 
 
