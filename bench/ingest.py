@@ -9,6 +9,7 @@ plus its mapping workers' (the sum of the peaks: an upper bound of the peak of t
 
     .venv/bin/python bench/ingest.py                  # gRPC, 100k traces (400k spans)
     .venv/bin/python bench/ingest.py --traces 20000 --protocol http-json
+    .venv/bin/python bench/ingest.py --no-assembly --redact   # the cost of redaction
 """
 
 from __future__ import annotations
@@ -281,6 +282,12 @@ def main() -> None:
     parser.add_argument(
         "--rate", type=float, default=0, help="offer this many spans/s (gRPC, paced) instead of a burst"
     )
+    parser.add_argument(
+        "--redact", action="store_true", help="redaction: every preset, applied before storage"
+    )
+    parser.add_argument(
+        "--pii", action="store_true", help="personal data in every trace (load_generator.py --pii)"
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="ragpulse-bench-"))
@@ -292,6 +299,8 @@ def main() -> None:
         "RAGPULSE_ASSEMBLER__WORKERS": str(args.workers),
         "RAGPULSE_ASSEMBLER__WORKER_NICE": str(args.worker_nice),
     }
+    if args.redact:
+        env["RAGPULSE_REDACTION__PRESETS"] = "[email, phone, credit_card, iban, ip_address, api_key]"
     proc, grpc_port, url = start_server(db, [], env, workdir / "serve.log")
     try:
         batches = args.traces // args.batch
@@ -322,6 +331,7 @@ def main() -> None:
                     str(args.traces),
                     str(args.batch),
                     str(args.concurrency),
+                    *(["--pii"] if args.pii else []),
                 ],
                 capture_output=True,
                 text=True,

@@ -57,8 +57,10 @@ def kv(key: str, value: str | int | float) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(double_value=value))
 
 
-def build(n_traces: int, seed: int) -> trace_service_pb2.ExportTraceServiceRequest:
-    """One Export request of `n_traces` 4-span RAG traces (see the module docstring)."""
+def build(n_traces: int, seed: int, pii: bool = False) -> trace_service_pb2.ExportTraceServiceRequest:
+    """One Export request of `n_traces` 4-span RAG traces (see the module docstring); with `pii`,
+    every question names an email address and the first document of each retrieval a phone number
+    and a card number (for the redaction benchmark)."""
     rnd = random.Random(seed)
     request = trace_service_pb2.ExportTraceServiceRequest()
     resource_spans = request.resource_spans.add()
@@ -70,6 +72,8 @@ def build(n_traces: int, seed: int) -> trace_service_pb2.ExportTraceServiceReque
         trace_id = rnd.randbytes(16)
         root_id = rnd.randbytes(8)
         question = f"What is the refund policy for order {rnd.randint(1, 10**6)}?"
+        if pii:
+            question += f" Reply to jane.doe{rnd.randint(1, 10**6)}@example.com"
         root = scope_spans.spans.add(
             trace_id=trace_id,
             span_id=root_id,
@@ -96,10 +100,16 @@ def build(n_traces: int, seed: int) -> trace_service_pb2.ExportTraceServiceReque
         retriever.attributes.extend([kv("openinference.span.kind", "RETRIEVER"), kv("input.value", question)])
         for d in range(DOCUMENTS_PER_RETRIEVAL):
             prefix = f"retrieval.documents.{d}.document"
+            content = DOC * 4
+            if pii and d == 0:
+                content = (
+                    f"Customer line +44 20 7946 {rnd.randint(1000, 9999)}, card 4111 1111 1111 1111. "
+                    + content
+                )
             retriever.attributes.extend(
                 [
                     kv(f"{prefix}.id", f"doc-{rnd.randint(1, 500)}"),
-                    kv(f"{prefix}.content", DOC * 4),
+                    kv(f"{prefix}.content", content),
                     kv(f"{prefix}.score", rnd.random()),
                 ]
             )
@@ -171,8 +181,9 @@ def main() -> None:
     parser.add_argument("traces", type=int, help="traces to send (rounded down to a multiple of the batch)")
     parser.add_argument("batch", type=int, nargs="?", default=100, help="traces per Export (default 100)")
     parser.add_argument("concurrency", type=int, nargs="?", default=4, help="sending threads (default 4)")
+    parser.add_argument("--pii", action="store_true", help="personal data in every trace (see build)")
     args = parser.parse_args()
-    requests = [build(args.batch, i) for i in range(args.traces // args.batch)]
+    requests = [build(args.batch, i, args.pii) for i in range(args.traces // args.batch)]
     spans = sum(len(r.resource_spans[0].scope_spans[0].spans) for r in requests)
     wall, errors = send_all(args.target, requests, args.concurrency)
     print(f"sent {spans} spans in {wall:.2f}s = {spans / wall:.0f} spans/s accepted; errors={len(errors)}")

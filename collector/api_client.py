@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,11 @@ from collector.sql import TRUNCATED_HEADER
 
 # The API key a command sends to a server (`ragpulse --key K` sets it too).
 KEY_ENV = "RAGPULSE_KEY"
+# For a server with `tls:`: the CA that signed its certificate (when not a public one), and the
+# client certificate and key a mutual-TLS server asks for.
+CA_FILE_ENV = "RAGPULSE_CA_FILE"
+CLIENT_CERT_ENV = "RAGPULSE_CLIENT_CERT"
+CLIENT_KEY_ENV = "RAGPULSE_CLIENT_KEY"
 
 
 def auth_headers(key: str | None = None) -> dict[str, str]:
@@ -25,12 +31,27 @@ class ApiError(RuntimeError):
     """The server could not be reached or refused the request; the message says which."""
 
 
+def tls_context() -> ssl.SSLContext:
+    """The client side of TLS: the system's CAs, or $RAGPULSE_CA_FILE; with $RAGPULSE_CLIENT_CERT
+    (and $RAGPULSE_CLIENT_KEY when the key is a file of its own), a client certificate."""
+    try:
+        context = ssl.create_default_context(cafile=os.environ.get(CA_FILE_ENV) or None)
+        cert = os.environ.get(CLIENT_CERT_ENV)
+        if cert:
+            context.load_cert_chain(cert, os.environ.get(CLIENT_KEY_ENV) or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ApiError(f"cannot use ${CA_FILE_ENV} / ${CLIENT_CERT_ENV} / ${CLIENT_KEY_ENV}: {exc}") from None
+    return context
+
+
 class ApiClient:
     """One connection pool to `url` (the server's HTTP port, e.g. http://127.0.0.1:4318)."""
 
     def __init__(self, url: str, timeout: float = 120.0, key: str | None = None) -> None:
         self.url = url.rstrip("/")
-        self._client = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(key))
+        self._client = httpx.Client(
+            base_url=self.url, timeout=timeout, headers=auth_headers(key), verify=tls_context()
+        )
 
     def close(self) -> None:
         self._client.close()

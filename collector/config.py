@@ -21,8 +21,9 @@ from collector.auth.config import AuthConfig
 from collector.config_base import Section
 from collector.exporters.config import ExportersConfig
 from collector.monitoring.config import MonitoringConfig
-from collector.processors.config import AssemblerConfig, SamplingConfig, ScoringConfig
+from collector.processors.config import AssemblerConfig, RedactionConfig, SamplingConfig, ScoringConfig
 from collector.receivers.config import ReceiversConfig
+from collector.receivers.tls import TlsConfig
 from collector.sql import SqlConfig
 from collector.store.config import StoreConfig
 from evaluators.embeddings import EmbeddingSettings
@@ -50,6 +51,8 @@ class Config(Section):
     exporters: ExportersConfig = Field(default_factory=ExportersConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+    redaction: RedactionConfig = Field(default_factory=RedactionConfig)
 
     @model_validator(mode="after")
     def _canaries_need_a_judge(self) -> Self:

@@ -13,6 +13,7 @@ import asyncio
 import functools
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -22,6 +23,9 @@ from collector.otlp.batch import SpanBatch, decode_request
 from collector.otlp.logs import decode_logs_request
 from collector.store.writer import Overloaded, SpanWriter, Stopped
 from collector.telemetry import Metrics
+
+if TYPE_CHECKING:
+    from collector.processors.redaction import Redactor
 
 # The errors of `export` / `export_logs`, which receivers import from here: they see the pipeline,
 # never the writer behind it.
@@ -43,12 +47,20 @@ _DONE.set_result(None)
 
 
 class IngestPipeline:
-    """Decodes exports, hands them to the writer, and forwards them once they are committed."""
+    """Decodes exports (redacting them on the way with a `redactor`: `redaction.apply_to:
+    [storage]`), hands them to the writer, and forwards them once they are committed."""
 
-    def __init__(self, writer: SpanWriter, metrics: Metrics, forwarder: Forwarder | None = None) -> None:
+    def __init__(
+        self,
+        writer: SpanWriter,
+        metrics: Metrics,
+        forwarder: Forwarder | None = None,
+        redactor: Redactor | None = None,
+    ) -> None:
         self._writer = writer
         self._metrics = metrics
         self._forwarder = forwarder
+        self._redactor = redactor
 
     def submit(
         self,
@@ -62,7 +74,7 @@ class IngestPipeline:
         Raises `Overloaded` (retry later) or `Stopped` without storing anything.
         `rejected_before` counts spans a decoder already refused (e.g. malformed OTLP/JSON spans).
         """
-        batch = decode_request(request)
+        batch = decode_request(request, redactor=self._redactor)
         if rejected_before:
             batch.rejected += rejected_before
             batch.errors[:0] = errors_before or []
@@ -93,7 +105,7 @@ class IngestPipeline:
     ) -> tuple[ExportOutcome, Future[None]]:
         """Decode and queue the span events of one log export, like `submit` for spans; when
         forwarding, the whole export (plain log records too) is forwarded once committed."""
-        batch = decode_logs_request(request)
+        batch = decode_logs_request(request, redactor=self._redactor)
         if rejected_before:
             batch.rejected += rejected_before
             batch.errors[:0] = errors_before or []

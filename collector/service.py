@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
 import signal
@@ -38,13 +37,17 @@ from collector.monitoring.canaries import CanaryRunner
 from collector.monitoring.evaluator import AlertBook, AlertEvaluator
 from collector.pipeline import IngestPipeline
 from collector.processors.assembler import TraceAssembler
+from collector.processors.config import Stage
 from collector.processors.judging import JudgeHealth, JudgeStage
+from collector.processors.redaction import Redactor
 from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoringSetup
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
+from collector.receivers.tls import ServerTls, TlsError
 from collector.server_file import server_file
 from collector.store import Store, open_store
+from collector.store.retention import RetentionKeeper
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
 from evaluators.registry import build_evaluator
@@ -77,6 +80,7 @@ class Service:
         self.evaluation_exporter: EvaluationExporter | None = None
         self.alert_book: AlertBook | None = None
         self.canary_runner: CanaryRunner | None = None
+        self.retention: RetentionKeeper | None = None
         budget = config.sampling.budget
         # One budget for every judge call: online scoring and the canaries.
         self.judge_budget = JudgeBudget(
@@ -92,6 +96,7 @@ class Service:
         self._http_task: asyncio.Task[None] | None = None
         self._http_socket: socket.socket | None = None
         self._stop = asyncio.Event()
+        self._tls: ServerTls | None = None
 
     @property
     def grpc_port(self) -> int:
@@ -103,12 +108,14 @@ class Service:
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.config.receivers.host}:{self.http_port}"
+        scheme = "https" if self._tls else "http"
+        return f"{scheme}://{self.config.receivers.host}:{self.http_port}"
 
     async def start(self) -> None:
         cfg = self.config
         cfg.check_evaluators()
         keyring = self._keyring()
+        self._tls = self._server_tls()
         self.store = open_store(cfg.store)
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
@@ -122,13 +129,27 @@ class Service:
             self.writer.add_gate(self.assembler.accepting)
             self.assembler.start()
         self.writer.start()
+        if cfg.store.retention.enabled:  # after the writer: its deletions run beside span appends
+            self.retention = RetentionKeeper(self.store, cfg.store.retention, self.metrics)
+            self.retention.start()
         if cfg.exporters.forward_spans and cfg.exporters.otlp.endpoint:
-            self.forwarder = Forwarder(cfg.exporters.otlp, self.metrics, cfg.exporters.forward_queue)
+            export = self._redactor("export")
+            self.forwarder = Forwarder(
+                cfg.exporters.otlp,
+                self.metrics,
+                cfg.exporters.forward_queue,
+                redact=export.redact_message if export else None,
+            )
             self.forwarder.start()
-        pipeline = IngestPipeline(self.writer, self.metrics, self.forwarder)
+        storage = self._redactor("storage")
+        pipeline = IngestPipeline(self.writer, self.metrics, self.forwarder, redactor=storage)
 
         self._grpc = OtlpGrpcReceiver(
-            cfg.receivers, pipeline, self.metrics, interceptors=[AuthInterceptor(keyring, self.metrics)]
+            cfg.receivers,
+            pipeline,
+            self.metrics,
+            interceptors=[AuthInterceptor(keyring, self.metrics)],
+            credentials=self._tls.grpc_credentials() if self._tls else None,
         )
         await self._grpc.start()
 
@@ -154,7 +175,12 @@ class Service:
         )
         self._http = _UvicornServer(
             uvicorn.Config(
-                app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
+                app,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=5,
+                **(self._tls.uvicorn_options() if self._tls else {}),
             )
         )
         self._http_task = asyncio.create_task(self._http.serve(sockets=[self._http_socket]))
@@ -193,10 +219,14 @@ class Service:
                 cfg.judge.max_concurrency,
                 self.metrics,
                 setup.export_events,
+                redactor=self._redactor("judge"),
             )
             self.judge_stage.start()
         if setup.export_events:
-            self.evaluation_exporter = EvaluationExporter(store, cfg.exporters, self.metrics)
+            export = self._redactor("export")
+            self.evaluation_exporter = EvaluationExporter(
+                store, cfg.exporters, self.metrics, redact=export.redact if export else None
+            )
             self.evaluation_exporter.start()
         return setup
 
@@ -258,13 +288,32 @@ class Service:
         except KeyringError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from None
         host = self.config.receivers.host
-        if not keyring.enabled and not _loopback(host):
+        if not keyring.enabled and not self.config.receivers.loopback:
             log.warning(
                 "listening on %s with no API keys: anyone who reaches the ports can send spans and "
                 "read every trace; configure auth.keys (docs/security.md)",
                 host,
             )
         return keyring
+
+    def _redactor(self, stage: Stage) -> Redactor | None:
+        """The redactor `redaction:` asks for at `stage`, counting what it redacts in /metrics."""
+        return self.config.redaction.redactor(stage, self.metrics.redaction_counter(stage))
+
+    def _server_tls(self) -> ServerTls | None:
+        """The certificate of `tls:` (None: plaintext); a file that cannot be used stops the start."""
+        try:
+            tls = ServerTls.from_config(self.config.tls)
+        except TlsError as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from None
+        host = self.config.receivers.host
+        if tls is None and not self.config.receivers.loopback:
+            log.warning(
+                "listening on %s without TLS: keys and spans cross the network in clear; "
+                "configure tls.cert_file and tls.key_file (docs/security.md)",
+                host,
+            )
+        return tls
 
     def _read_rows(self, sql: str) -> list[dict[str, Any]]:
         """One read-only query with the `sql:` limits (the dashboard's queries)."""
@@ -307,6 +356,8 @@ class Service:
             await asyncio.to_thread(self.webhook_notifier.stop)
         if self.forwarder:
             await asyncio.to_thread(self.forwarder.stop)
+        if self.retention:  # before the store closes; a round in progress stops between batches
+            await asyncio.to_thread(self.retention.stop)
         if self.store:
             self.store.close()
             with contextlib.suppress(OSError):
@@ -383,13 +434,3 @@ class BackgroundService:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self.service.request_stop)
             self._thread.join(60)
-
-
-def _loopback(host: str) -> bool:
-    """Whether `host` is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
@@ -39,6 +41,12 @@ class Metrics:
             "ragpulse_auth_refusals",
             "Requests refused for their key, by surface (grpc, http) and reason (unauthenticated, forbidden)",
             ["surface", "reason"],
+            registry=r,
+        )
+        self.redactions = Counter(
+            "ragpulse_redactions",
+            "Values redacted, by kind (a preset or pattern name) and stage (storage, judge, export)",
+            ["kind", "stage"],
             registry=r,
         )
         self.requests = Counter(
@@ -193,6 +201,42 @@ class Metrics:
         self.alert_notifications_pending = Gauge(
             "ragpulse_alert_notifications_pending", "Alert notifications not delivered yet", registry=r
         )
+
+        self.retention_traces_deleted = Counter(
+            "ragpulse_retention_traces_deleted",
+            "Traces deleted by retention, by reason (age: past max_age_days, size: over max_bytes)",
+            ["reason"],
+            registry=r,
+        )
+        self.retention_spans_deleted = Counter(
+            "ragpulse_retention_spans_deleted",
+            "Spans of the traces deleted by retention, by reason (age, size)",
+            ["reason"],
+            registry=r,
+        )
+        self.retention_errors = Counter(
+            "ragpulse_retention_errors", "Retention rounds that failed (retried at the next)", registry=r
+        )
+        self.retention_seconds = Histogram(
+            "ragpulse_retention_seconds",
+            "Time of one retention round (its deletions and checkpoints)",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
+        self.store_bytes = Gauge(
+            "ragpulse_store_bytes",
+            "Bytes the database takes on disk: its file plus write-ahead log (measured by retention)",
+            registry=r,
+        )
+        self.store_free_bytes = Gauge(
+            "ragpulse_store_free_bytes",
+            "Free space inside the database file, reused before the file grows (measured by retention)",
+            registry=r,
+        )
+
+    def redaction_counter(self, stage: str) -> Callable[[str], None]:
+        """`on_match` for the redactor of `stage`: counts each value redacted, by its kind."""
+        return lambda kind: self.redactions.labels(kind, stage).inc()
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

@@ -371,3 +371,9 @@ def passing_verdict(system: str, user: str) -> dict[str, Any]:
             for c in ("claim one", "claim two")
         ]
     }
+
+
+def always_pass(request: RecordedRequest) -> str:
+    """A responder (`OpenAIStub(responder=always_pass)`): a valid, passing verdict to every prompt."""
+    messages = request.json["messages"]
+    return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))

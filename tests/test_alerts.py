@@ -22,7 +22,7 @@ from collector.service import BackgroundService, Service
 from collector.store.base import Store
 from collector.store.duckdb_store import DuckDBStore
 from tests.helpers import free_port, make_config, metric, run_ragpulse, seed_scores, sql, wait_for
-from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
+from tests.openai_stub import OpenAIStub, RecordedRequest, always_pass, passing_verdict
 
 
 class WebhookReceiver:
@@ -369,11 +369,7 @@ def test_canary_calls_count_against_the_judge_budget(tmp_path: Path) -> None:
     cases = tmp_path / "canaries.yaml"
     cases.write_text(json.dumps(CANARY_CASES))
 
-    def respond(request: RecordedRequest) -> str:
-        messages = request.json["messages"]
-        return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
-
-    with OpenAIStub(responder=respond) as judge:
+    with OpenAIStub(responder=always_pass) as judge:
         config = make_config(
             tmp_path,
             monitoring={"canaries": {"cases": str(cases), "every": 0.2, "sample": 4}},

@@ -19,7 +19,7 @@ import yaml
 
 from tests.helpers import REPO, clean_env, run_ragpulse
 from tests.judging import judge_inputs
-from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
+from tests.openai_stub import OpenAIStub, RecordedRequest, always_pass
 
 POLICY = "You can request a refund within 30 days of delivery."
 SHIPPING = "Standard shipping takes 3 to 5 business days."
@@ -252,10 +252,6 @@ def test_the_shipped_set_calibrates_every_judge_evaluator(tmp_path: Path) -> Non
     case is a false pass: what a judge that obeys the injected documents would score."""
     shipped = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
     cases = shipped["cases"]
-
-    def always_pass(request: RecordedRequest) -> str:
-        messages = request.json["messages"]
-        return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
 
     with OpenAIStub(responder=always_pass) as stub:
         result = calibrate(tmp_path, stub, "--json", "report.json", cases=shipped)

@@ -26,7 +26,7 @@ from tests.helpers import (
     sql,
     wait_for,
 )
-from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict
+from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, always_pass, passing_verdict
 
 POLICY = "Items can be returned within 30 days of delivery for a full refund."
 SHIPPING = "Standard shipping takes 3 to 5 business days."
@@ -95,12 +95,7 @@ def trace_row(svc: Service, trace_id: str) -> dict[str, Any]:
 @pytest.fixture
 def judge() -> Iterator[OpenAIStub]:
     """A judge that gives a valid, passing verdict to every prompt."""
-
-    def respond(request: RecordedRequest) -> str:
-        messages = request.json["messages"]
-        return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
-
-    with OpenAIStub(responder=respond) as stub:
+    with OpenAIStub(responder=always_pass) as stub:
         yield stub
 
 

@@ -24,6 +24,7 @@ COMMANDS = {
     "calibrate": "collector.cli.calibrate:calibrate",
     "check": "collector.cli.check:check",
     "report": "collector.cli.report:report",
+    "doctor": "collector.cli.doctor:doctor",
 }
 
 

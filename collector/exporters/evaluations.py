@@ -67,10 +67,10 @@ def otlp_span_exporter(config: OtlpExporterConfig) -> SpanExporter:
     return HttpExporter(endpoint=f"{base}/v1/traces", headers=config.headers, timeout=config.timeout)
 
 
-def evaluation_spans(rows: pa.Table) -> list[ReadableSpan]:
+def evaluation_spans(rows: pa.Table, redact: Callable[[str], str] | None = None) -> list[ReadableSpan]:
     """Outbox rows as evaluation spans: one per (trace, evaluated span, evaluator, revision), each
     event one score. A span's id is derived from its events' ids, so a retried export of the same
-    events sends the same span."""
+    events sends the same span. With `redact`, the events' text (explanations, claims) is redacted."""
     groups: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
     for row in rows.to_pylist():
         key = (row["trace_id"], row["span_id"], row["evaluator"] or "", int(row["revision"] or 0))
@@ -91,7 +91,7 @@ def evaluation_spans(rows: pa.Table) -> list[ReadableSpan]:
                 resource=_RESOURCE,
                 attributes={"ragpulse.evaluator": evaluator, "ragpulse.revision": revision},
                 events=[
-                    Event(e["name"], _attributes(e["attributes"]), timestamp=t)
+                    Event(e["name"], _attributes(e["attributes"], redact), timestamp=t)
                     for e, t in zip(events, times, strict=True)
                 ],
                 kind=SpanKind.INTERNAL,
@@ -107,9 +107,13 @@ def _ns(value: Any) -> int:
     return int(value.timestamp() * 1e9) if hasattr(value, "timestamp") else int(value)
 
 
-def _attributes(text: str | None) -> dict[str, Any]:
+def _attributes(text: str | None, redact: Callable[[str], str] | None) -> dict[str, Any]:
     values = orjson.loads(text) if text else {}
-    return {k: v for k, v in values.items() if isinstance(v, str | bool | int | float)}
+    return {
+        k: redact(v) if redact is not None and isinstance(v, str) else v
+        for k, v in values.items()
+        if isinstance(v, str | bool | int | float)
+    }
 
 
 class EvaluationExporter(BackgroundWorker):
@@ -122,8 +126,10 @@ class EvaluationExporter(BackgroundWorker):
         metrics: Metrics,
         exporter: SpanExporter | None = None,
         sleep: Callable[[float], None] | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self._store = store
+        self._redact = redact
         self._config = config
         self._metrics = metrics
         self._exporter = exporter or otlp_span_exporter(config.otlp)
@@ -162,7 +168,7 @@ class EvaluationExporter(BackgroundWorker):
         self._metrics.outbox_events.set(self._store.outbox_depth())
         if not rows.num_rows:
             return 0
-        result = self._exporter.export(evaluation_spans(rows))
+        result = self._exporter.export(evaluation_spans(rows, self._redact))
         if result is not SpanExportResult.SUCCESS:
             log.warning("the downstream refused %d evaluation events; retrying", rows.num_rows)
             return None

@@ -1,4 +1,5 @@
-"""Forwarder: the exports ragpulse received, untouched, to a downstream OTLP backend.
+"""Forwarder: the exports ragpulse received, untouched (but for redaction when `redaction.apply_to`
+holds `export`), to a downstream OTLP backend.
 
 Trace exports go to the traces service (`/v1/traces`), log exports (GenAI events and any other log
 records that came with them) to the logs service (`/v1/logs`) of the same endpoint, so a backend
@@ -49,13 +50,21 @@ def _http_base(endpoint: str) -> str:
 class Forwarder:
     """Sends queued trace and log exports to `config.endpoint` over OTLP/gRPC or OTLP/HTTP protobuf."""
 
-    def __init__(self, config: OtlpExporterConfig, metrics: Metrics, max_queue: int) -> None:
+    def __init__(
+        self,
+        config: OtlpExporterConfig,
+        metrics: Metrics,
+        max_queue: int,
+        redact: Callable[[Export], None] | None = None,
+    ) -> None:
         if not config.endpoint:
             raise ValueError("exporters.otlp.endpoint is required to forward spans")
         self._config = config
         self._metrics = metrics
         self._queue: deque[Export] = deque()
         self._max_queue = max_queue
+        # `redaction.apply_to: [export]`: applied to each request, in place, on this thread.
+        self._redact = redact
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="ragpulse-forwarder", daemon=True)
@@ -88,6 +97,8 @@ class Forwarder:
                     return
                 request = self._queue.popleft()
             try:
+                if self._redact is not None:
+                    self._redact(request)
                 self._send(request)
             except Exception as exc:
                 self._metrics.forward_dropped.inc()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
@@ -19,6 +19,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector.store.tables import SPAN_EVENTS, SPANS
+
+if TYPE_CHECKING:
+    from collector.processors.redaction import Redactor
 
 MAX_ATTRIBUTE_DEPTH = 32
 MAX_REPORTED_ERRORS = 5
@@ -110,6 +113,11 @@ def attributes_json(attributes: Any) -> str:
     return orjson.dumps(attributes_dict(attributes)).decode()
 
 
+def json_column(values: list[dict[str, Any]]) -> list[str]:
+    """Attribute maps as JSON text, the stored form."""
+    return [orjson.dumps(value).decode() for value in values]
+
+
 def _check_id(raw: bytes, size: int, zero: bytes, what: str, required: bool) -> str | None:
     if not raw:
         if required:
@@ -130,7 +138,7 @@ def _check_time(ns: int, what: str) -> int:
     return ns
 
 
-def _links_json(links: Any) -> str | None:
+def _links_json(links: Any, redactor: Redactor | None) -> str | None:
     if not links:
         return None
     return orjson.dumps(
@@ -139,7 +147,7 @@ def _links_json(links: Any) -> str | None:
                 "trace_id": link.trace_id.hex(),
                 "span_id": link.span_id.hex(),
                 "trace_state": link.trace_state,
-                "attributes": attributes_dict(link.attributes),
+                "attributes": _redacted(attributes_dict(link.attributes), redactor),
             }
             for link in links
         ]
@@ -151,8 +159,18 @@ def _service_name(resource_attributes: dict[str, Any]) -> str:
     return name if isinstance(name, str) and name else "unknown_service"
 
 
-def decode_request(request: ExportTraceServiceRequest, source: str = "otlp") -> SpanBatch:
-    """Decode every span of an export; invalid spans are rejected one by one, never the batch."""
+def _redacted(attributes: dict[str, Any], redactor: Redactor | None) -> dict[str, Any]:
+    if redactor is not None:
+        redactor.redact_dicts([attributes])
+    return attributes
+
+
+def decode_request(
+    request: ExportTraceServiceRequest, source: str = "otlp", redactor: Redactor | None = None
+) -> SpanBatch:
+    """Decode every span of an export; invalid spans are rejected one by one, never the batch.
+    With a `redactor`, every attribute value (resource, span, event, link) and status message is
+    redacted before it reaches the tables (the spans' and events' values in one pass)."""
     spans: dict[str, list[Any]] = {name: [] for name in SPANS_SCHEMA.names}
     events: dict[str, list[Any]] = {name: [] for name in EVENTS_SCHEMA.names}
     rejected = 0
@@ -161,7 +179,7 @@ def decode_request(request: ExportTraceServiceRequest, source: str = "otlp") -> 
 
     for resource_spans in request.resource_spans:
         try:
-            resource = attributes_dict(resource_spans.resource.attributes)
+            resource = _redacted(attributes_dict(resource_spans.resource.attributes), redactor)
         except SpanRejected as exc:
             count = sum(len(s.spans) for s in resource_spans.scope_spans)
             rejected += count
@@ -180,13 +198,13 @@ def decode_request(request: ExportTraceServiceRequest, source: str = "otlp") -> 
                     parent_id = _check_id(span.parent_span_id, 8, _ZERO_SPAN_ID, "parent_span_id", False)
                     start = _check_time(span.start_time_unix_nano, "start_time_unix_nano")
                     end = _check_time(span.end_time_unix_nano, "end_time_unix_nano")
-                    attrs = attributes_json(span.attributes)
-                    links = _links_json(span.links)
+                    attrs = attributes_dict(span.attributes)
+                    links = _links_json(span.links, redactor)
                     span_events = [
                         (
                             _check_time(event.time_unix_nano, "event time_unix_nano"),
                             event.name,
-                            attributes_json(event.attributes),
+                            attributes_dict(event.attributes),
                         )
                         for event in span.events
                     ]
@@ -207,7 +225,10 @@ def decode_request(request: ExportTraceServiceRequest, source: str = "otlp") -> 
                 spans["duration_ms"].append((end - start) / 1e6)
                 code = span.status.code
                 spans["status_code"].append(STATUS_CODES[code] if 0 <= code < len(STATUS_CODES) else "UNSET")
-                spans["status_message"].append(span.status.message or None)
+                message = span.status.message or None
+                if message is not None and redactor is not None:
+                    message = redactor.redact(message)
+                spans["status_message"].append(message)
                 spans["attributes"].append(attrs)
                 spans["resource_attributes"].append(resource_json)
                 spans["scope_name"].append(scope_name)
@@ -224,6 +245,10 @@ def decode_request(request: ExportTraceServiceRequest, source: str = "otlp") -> 
                     events["source"].append(source)
                     events["received_at"].append(received_at)
 
+    if redactor is not None:
+        redactor.redact_dicts(spans["attributes"] + events["attributes"])
+    spans["attributes"] = json_column(spans["attributes"])
+    events["attributes"] = json_column(events["attributes"])
     return SpanBatch(
         spans=pa.table(spans, schema=SPANS_SCHEMA),
         events=pa.table(events, schema=EVENTS_SCHEMA),
@@ -253,4 +278,5 @@ __all__ = [
     "concat_batches",
     "decode_request",
     "empty_batch",
+    "json_column",
 ]

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
 import pyarrow as pa
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
@@ -33,7 +32,11 @@ from collector.otlp.batch import (
     _check_time,
     any_value,
     attributes_dict,
+    json_column,
 )
+
+if TYPE_CHECKING:
+    from collector.processors.redaction import Redactor
 
 EVENT_NAME_ATTRIBUTE = "event.name"
 BODY_ATTRIBUTE = "body"  # where semconv.mappers.genai looks for an event's body
@@ -77,8 +80,8 @@ def _event_name(record: LogRecord) -> str:
     return ""
 
 
-def _event_row(record: LogRecord) -> tuple[str, str, int | None, str] | None:
-    """(trace id, span id, time, attributes JSON) of a span's event, None for any other record."""
+def _event_row(record: LogRecord) -> tuple[str, str, int | None, dict[str, Any]] | None:
+    """(trace id, span id, time, attributes) of a span's event, None for any other record."""
     trace_id = _check_id(record.trace_id, 16, _ZERO_TRACE_ID, "trace_id", False)
     span_id = _check_id(record.span_id, 8, _ZERO_SPAN_ID, "span_id", False)
     if trace_id is None or span_id is None:
@@ -89,12 +92,15 @@ def _event_row(record: LogRecord) -> tuple[str, str, int | None, str] | None:
     # The SDK sends an empty AnyValue when a record has no body: that is no body, not a null one.
     if record.body.WhichOneof("value") is not None:
         attributes[BODY_ATTRIBUTE] = any_value(record.body)
-    return trace_id, span_id, event_time, orjson.dumps(attributes).decode()
+    return trace_id, span_id, event_time, attributes
 
 
-def decode_logs_request(request: ExportLogsServiceRequest, source: str = "log") -> LogBatch:
+def decode_logs_request(
+    request: ExportLogsServiceRequest, source: str = "log", redactor: Redactor | None = None
+) -> LogBatch:
     """Decode the span events of a log export; invalid ones are rejected one by one, the rest of
-    the records (no event name, or no span) are ignored."""
+    the records (no event name, or no span) are ignored. With a `redactor`, attribute values and
+    the body are redacted before they reach the table."""
     events: dict[str, list[Any]] = {name: [] for name in EVENTS_SCHEMA.names}
     rejected = ignored = 0
     errors: list[str] = []
@@ -128,6 +134,9 @@ def decode_logs_request(request: ExportLogsServiceRequest, source: str = "log") 
                 events["source"].append(source)
                 events["received_at"].append(received_at)
 
+    if redactor is not None:
+        redactor.redact_dicts(events["attributes"])
+    events["attributes"] = json_column(events["attributes"])
     return LogBatch(
         spans=SPANS_SCHEMA.empty_table(),
         events=pa.table(events, schema=EVENTS_SCHEMA),

@@ -1,12 +1,14 @@
-"""The processors' config sections: `assembler:` and `sampling:`."""
+"""The processors' config sections: `assembler:`, `sampling:`, `scoring:` and `redaction:`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from collector.config_base import Section
+from collector.processors.redaction import NamedPattern, Redactor, check_pattern
 
 
 class AssemblerConfig(Section):
@@ -75,3 +77,39 @@ class ScoringConfig(Section):
     judge_queue: int = Field(64, gt=0)
     # How often the judge stage looks for pending traces and stores finished ones.
     judge_poll_interval: float = Field(0.5, gt=0, le=10)
+
+
+Preset = Literal["email", "phone", "credit_card", "iban", "ip_address", "api_key"]
+Stage = Literal["storage", "judge", "export"]
+STAGES: tuple[Stage, ...] = ("storage", "judge", "export")
+
+
+class RedactionPattern(Section):
+    # Names the placeholder: `order_id` -> `[ORDER_ID]`.
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    regex: str
+
+    @field_validator("regex")
+    @classmethod
+    def _usable(cls, regex: str) -> str:
+        return check_pattern(regex)
+
+
+class RedactionConfig(Section):
+    # Off by default (nothing configured); turn every preset on for production.
+    presets: list[Preset] = Field(default_factory=list)
+    patterns: list[RedactionPattern] = Field(default_factory=list)
+    # storage: before spans, events and log bodies are stored; judge: before text goes to the judge;
+    # export: before spans are forwarded and evaluation events exported.
+    apply_to: list[Stage] = Field(default_factory=lambda: list(STAGES))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.presets or self.patterns)
+
+    def redactor(self, stage: Stage, on_match: Callable[[str], None] | None = None) -> Redactor | None:
+        """The redactor of one stage, or None when redaction is off or not applied there."""
+        if not self.enabled or stage not in self.apply_to:
+            return None
+        patterns = [NamedPattern(p.name, p.regex) for p in self.patterns]
+        return Redactor(self.presets, patterns, on_match)

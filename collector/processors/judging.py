@@ -28,6 +28,7 @@ import orjson
 import pyarrow as pa
 
 from collector.processors.config import ScoringConfig
+from collector.processors.redaction import Redactor
 from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoreRows, record_metrics, score_rows
 from collector.store.base import Store
@@ -76,8 +77,11 @@ class JudgeStage:
         metrics: Metrics,
         export_events: bool,
         clock: Callable[[], float] = time.monotonic,
+        redactor: Redactor | None = None,
     ) -> None:
         self._store = store
+        # `redaction.apply_to: [judge]`: the traces are mapped from redacted copies of their spans.
+        self._redactor = redactor
         # (score name, evaluator): the name labels the error score of an evaluator that raised.
         self._evaluators = list(evaluators)
         self._config = config
@@ -158,10 +162,14 @@ class JudgeStage:
         works = []
         for trace_id, records in records_by_trace(span_records(spans, events)).items():
             row = rows[trace_id]
+            expected_answer = row["expected_answer"]
+            if self._redactor is not None:
+                records = self._redactor.redact_records(records)
+                expected_answer = expected_answer and self._redactor.redact(expected_answer)
             trace = map_trace(records)
             expected = row["expected_documents"]
             trace.expected_documents = orjson.loads(expected) if expected else None
-            trace.expected_answer = row["expected_answer"]
+            trace.expected_answer = expected_answer
             received = max((r.end_us or 0 for r in records), default=None)
             n = len(self._evaluators)
             revision = int(row["assembly_count"] or 1)

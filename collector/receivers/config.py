@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from pydantic import Field
 
 from collector.config_base import Section
@@ -14,3 +16,18 @@ class ReceiversConfig(Section):
     max_request_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # Seconds a client is told to wait (Retry-After / RetryInfo) when the store is behind.
     retry_after: float = Field(1.0, gt=0)
+
+    @property
+    def loopback(self) -> bool:
+        """Whether `host` is reachable from this machine only."""
+        return host_is_loopback(self.host)
+
+
+def host_is_loopback(host: str) -> bool:
+    """Whether a host name or address is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -121,7 +121,8 @@ class _LogsService:
 
 
 class OtlpGrpcReceiver:
-    """The gRPC server; `start()` binds the port (0 picks a free one, see `.port`)."""
+    """The gRPC server; `start()` binds the port (0 picks a free one, see `.port`). With
+    `credentials` (from `tls:`) the port speaks TLS only."""
 
     def __init__(
         self,
@@ -129,8 +130,10 @@ class OtlpGrpcReceiver:
         pipeline: IngestPipeline,
         metrics: Metrics,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        credentials: grpc.ServerCredentials | None = None,
     ) -> None:
         self._config = config
+        self._credentials = credentials
         self._server = grpc.aio.server(
             interceptors=list(interceptors),
             options=[
@@ -168,7 +171,10 @@ class OtlpGrpcReceiver:
         address = f"{self._config.host}:{self._config.grpc_port}"
         _check_port_free(self._config.host, self._config.grpc_port, address)
         try:
-            self.port = self._server.add_insecure_port(address)
+            if self._credentials is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, self._credentials)
         except RuntimeError as exc:
             raise OSError(f"cannot listen for OTLP/gRPC on {address}: {exc}") from None
         await self._server.start()

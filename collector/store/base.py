@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,38 @@ class StoreLocked(StoreError):
 
 class ReadOnlyStore(StoreError):
     """A write was asked of a store opened read-only."""
+
+
+@dataclass(frozen=True)
+class StorageSize:
+    """What the store takes on disk, in bytes, as the retention keeper weighs it."""
+
+    file_bytes: int  # the database file(s)
+    wal_bytes: int  # the write-ahead log, not folded into the file yet
+    free_bytes: int  # inside `file_bytes`: space freed by deletions, reused before the file grows
+
+    @property
+    def on_disk(self) -> int:
+        """What the disk holds: the file plus its write-ahead log (`store.retention.max_bytes`)."""
+        return self.file_bytes + self.wal_bytes
+
+    @property
+    def live(self) -> int:
+        """The bytes that hold data: on disk minus the free space inside the file."""
+        return max(0, self.file_bytes - self.free_bytes) + self.wal_bytes
+
+
+@dataclass(frozen=True)
+class DeletedRows:
+    """What one `delete_traces` call removed: traces (ids that had spans; rows left by a trace whose
+    spans are gone already do not count it again) and rows per table."""
+
+    traces: int
+    rows: dict[str, int]
+
+    @property
+    def spans(self) -> int:
+        return self.rows.get("spans", 0)
 
 
 class Store(ABC):
@@ -158,11 +191,36 @@ class Store(ABC):
         """Run one read-only query (`collector.sql` rules), at most `max_rows` rows, interrupted
         after `timeout` seconds; `QueryError` when it is refused or fails."""
 
+    # ---------------------------------------------------------------- retention
+
+    @abstractmethod
+    def storage_size(self) -> StorageSize:
+        """The bytes the store takes on disk now."""
+
+    @abstractmethod
+    def count_traces(self) -> int:
+        """How many traces have stored spans."""
+
+    @abstractmethod
+    def oldest_traces(self, limit: int, before: datetime | None = None) -> list[str]:
+        """Up to `limit` trace ids, oldest first, optionally only those older than `before` (naive
+        UTC). A trace's age is its newest span's end time (when a span has none, when it arrived);
+        a trace id with rows but no span (log events whose spans never came, assembled rows whose
+        spans were deleted meanwhile) ages by the newest time of those rows."""
+
+    @abstractmethod
+    def delete_traces(self, trace_ids: Sequence[str]) -> DeletedRows:
+        """Delete every row of these traces from every per-trace table (spans, span events, traces,
+        steps, documents, scores, the evaluation outbox; judge work is the traces' `judge_status`),
+        in one transaction that never waits on nor fails a concurrent span append. Aggregates
+        (`score_aggregates`), alerts, canary runs and cases are kept."""
+
     # ---------------------------------------------------------------- lifecycle
 
     @abstractmethod
     def checkpoint(self) -> None:
-        """Fold the write-ahead state into the main file(s)."""
+        """Fold the write-ahead state into the main file(s), with no write of ours in flight, so
+        the space of deleted rows is freed (and the file truncated where its end became free)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -8,6 +8,7 @@ cases and SQL readers never wait on a group commit and the writer never waits on
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.sql import QueryResult, run_query
-from collector.store.base import ReadOnlyStore, Store, StoreError, StoreLocked
+from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError, StoreLocked
 from collector.store.config import StoreConfig
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
@@ -119,6 +120,21 @@ _AGGREGATES = (
     "count(*) FILTER (s.status = 'fail') AS n_fail, count(*) FILTER (s.status = 'error') AS n_error, "
     "count(*) FILTER (s.status = 'skipped') AS n_skipped, sum(s.value) AS sum, "
     "sum(s.value * s.value) AS sum_sq, min(s.value) AS min, max(s.value) AS max"
+)
+
+
+# Every table with rows of one trace, keyed by trace_id: what retention deletes. Judge work is the
+# traces' `judge_status`; aggregates, alerts, canary runs and cases are not per trace and stay.
+# Spans first: the traces whose spans are deleted are the traces counted as deleted.
+PER_TRACE_TABLES = ("spans", "span_events", "traces", "steps", "documents", "scores", "evaluation_outbox")
+
+# The time a trace's age is read from, per row: a span's end (OTLP sends 0 for "unknown", which would
+# make the span look 56 years old: such a span ages from when it arrived); for trace ids with no span,
+# their log events (sent apart from their spans, which may never come) and their assembled rows.
+_SPAN_TIME = "CASE WHEN end_time > TIMESTAMP 'epoch' THEN end_time ELSE received_at END"
+_OTHER_TIMES = (
+    "SELECT trace_id, coalesce(time, received_at) AS t, 1 AS other FROM span_events WHERE source = 'log' "
+    "UNION ALL SELECT trace_id, coalesce(end_time, last_received_at, assembled_at), 1 FROM traces"
 )
 
 
@@ -472,12 +488,73 @@ class DuckDBStore(Store):
         with self._cursor() as con:
             return run_query(con, sql, max_rows, timeout)
 
+    # ---------------------------------------------------------------- retention
+
+    def storage_size(self) -> StorageSize:
+        wal = self.path.with_name(self.path.name + ".wal")
+        try:
+            wal_bytes = wal.stat().st_size
+        except FileNotFoundError:  # no write since the last checkpoint
+            wal_bytes = 0
+        with self._cursor() as con:
+            row = con.execute(
+                "SELECT block_size, free_blocks FROM pragma_database_size() "
+                "WHERE database_name = current_database()"
+            ).fetchone()
+        free = int(row[0]) * int(row[1]) if row else 0
+        return StorageSize(file_bytes=os.path.getsize(self.path), wal_bytes=wal_bytes, free_bytes=free)
+
+    def count_traces(self) -> int:
+        with self._cursor() as con:
+            row = con.execute("SELECT count(DISTINCT trace_id) FROM spans").fetchone()
+        return int(row[0]) if row else 0
+
+    def oldest_traces(self, limit: int, before: datetime | None = None) -> list[str]:
+        with self._cursor() as con:
+            if before is not None:
+                # The common case, nothing old enough, answered by three column scans instead of a
+                # grouping of every trace.
+                row = con.execute(
+                    f"SELECT least((SELECT min({_SPAN_TIME}) FROM spans), "
+                    f"(SELECT min(t) FROM ({_OTHER_TIMES}))) < ?",
+                    [before],
+                ).fetchone()
+                if not row or not row[0]:
+                    return []
+            having = "HAVING newest < ?" if before is not None else ""
+            rows = con.execute(
+                # A trace's spans decide its age; its other rows only when it has no span.
+                "SELECT trace_id, coalesce(max(t) FILTER (other = 0), max(t)) AS newest FROM ("
+                f"SELECT trace_id, {_SPAN_TIME} AS t, 0 AS other FROM spans UNION ALL {_OTHER_TIMES}"
+                f") GROUP BY trace_id {having} ORDER BY newest NULLS FIRST, trace_id LIMIT ?",
+                [before, limit] if before is not None else [limit],
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def delete_traces(self, trace_ids: Sequence[str]) -> DeletedRows:
+        self._writable()
+        ids = _ids_table(dict.fromkeys(trace_ids))
+        rows: dict[str, int] = {}
+        # Under the derived-rows lock: assembly, judge results and outbox deletions update these rows
+        # too, and two transactions deleting one row would fail one of them. Span appends only add
+        # rows, so the span writer goes on meanwhile.
+        with self._derived_lock, self._cursor() as con, transaction(con), _registered(con, _IDS, ids):
+            where = f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
+            spans = con.execute(f"DELETE FROM spans {where} RETURNING trace_id").to_arrow_table()
+            rows["spans"] = spans.num_rows
+            for table in PER_TRACE_TABLES[1:]:
+                row = con.execute(f"DELETE FROM {table} {where}").fetchone()
+                rows[table] = int(row[0]) if row else 0
+        return DeletedRows(traces=pc.count_distinct(spans["trace_id"]).as_py(), rows=rows)
+
     # ---------------------------------------------------------------- lifecycle
 
     def checkpoint(self) -> None:
         if self.read_only:
             return
-        with self._write_lock:
+        # DuckDB folds the log in even while another transaction writes, but then keeps the blocks
+        # of deleted rows: with both locks, no write of ours is in flight and they are freed.
+        with self._derived_lock, self._write_lock:
             self._con.execute("CHECKPOINT")
 
     def close(self) -> None:
