@@ -30,6 +30,7 @@ from collector.config import Config, ConfigError
 from collector.dashboard import pages
 from collector.dashboard.api import DashboardApi
 from collector.dashboard.data import dashboard_data
+from collector.doctor import examine
 from collector.exporters.evaluations import EvaluationExporter
 from collector.exporters.forwarder import Forwarder
 from collector.exporters.webhooks import WebhookNotifier
@@ -116,6 +117,7 @@ class Service:
         cfg.check_evaluators()
         keyring = self._keyring()
         self._tls = self._server_tls()
+        _warn_if_unsafe(cfg)
         self.store = open_store(cfg.store)
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
@@ -287,13 +289,6 @@ class Service:
             keyring = Keyring.from_config(self.config.auth)
         except KeyringError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from None
-        host = self.config.receivers.host
-        if not keyring.enabled and not self.config.receivers.loopback:
-            log.warning(
-                "listening on %s with no API keys: anyone who reaches the ports can send spans and "
-                "read every trace; configure auth.keys (docs/security.md)",
-                host,
-            )
         return keyring
 
     def _redactor(self, stage: Stage) -> Redactor | None:
@@ -306,13 +301,6 @@ class Service:
             tls = ServerTls.from_config(self.config.tls)
         except TlsError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from None
-        host = self.config.receivers.host
-        if tls is None and not self.config.receivers.loopback:
-            log.warning(
-                "listening on %s without TLS: keys and spans cross the network in clear; "
-                "configure tls.cert_file and tls.key_file (docs/security.md)",
-                host,
-            )
         return tls
 
     def _read_rows(self, sql: str) -> list[dict[str, Any]]:
@@ -379,6 +367,16 @@ class Service:
             await self._stop.wait()
         finally:
             await self.stop()
+
+
+def _warn_if_unsafe(config: Config) -> None:
+    """Log what `ragpulse doctor` finds unsafe (a network address without keys or TLS, a judge over
+    plain HTTP): the service still starts, loudly."""
+    for finding in examine(config):
+        if finding.level == "unsafe":
+            log.warning(
+                "unsafe setup (%s): %s; fix: %s (ragpulse doctor)", finding.check, finding.detail, finding.fix
+            )
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -4,13 +4,16 @@ certificates made in the test; exit 0 only when nothing is flagged."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from collector.service import BackgroundService
 from tests.certificates import make_pki
-from tests.helpers import clean_env, run_ragpulse
+from tests.helpers import clean_env, make_config, run_ragpulse
 
 KEY = "k" * 32
 
@@ -104,3 +107,20 @@ def test_the_table_names_what_to_fix(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "retention" in result.stdout and "redaction" in result.stdout
     assert "3 finding(s) to fix, 0 unsafe now." in result.stderr
+
+
+def test_serve_logs_what_doctor_finds_unsafe(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = make_config(tmp_path, receivers={"host": "0.0.0.0"})
+    with caplog.at_level(logging.WARNING, logger="collector.service"), BackgroundService(config):
+        pass
+    unsafe = [r.getMessage() for r in caplog.records if r.getMessage().startswith("unsafe setup")]
+    assert [m.split(")")[0] for m in unsafe] == ["unsafe setup (auth", "unsafe setup (tls"]
+    assert "auth.keys" in unsafe[0] and "tls.cert_file" in unsafe[1]
+
+    caplog.clear()
+    with (
+        caplog.at_level(logging.WARNING, logger="collector.service"),
+        BackgroundService(make_config(tmp_path)),
+    ):
+        pass
+    assert not [r for r in caplog.records if r.getMessage().startswith("unsafe setup")]
