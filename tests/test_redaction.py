@@ -219,6 +219,43 @@ def test_edges(text: str, expected: str) -> None:
     assert _PRESETS.redact(text) == expected
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a:" * 20_000 + "g",  # a long run of hex digits and colons that is no address
+        "a" * 40_000 + "@!",  # a long local part with no domain
+        "eyJ" * 13_000 + ".eyJ",
+        "x@y." * 10_000 + "!",
+        "1." * 20_000,
+    ],
+)
+def test_adversarial_text_takes_linear_time(text: str) -> None:
+    """Span text is untrusted: no preset may backtrack its way into seconds (the decoder runs on the
+    receivers' event loop). Measured well under 0.1 s each; the bound leaves room for a slow machine
+    while a quadratic pattern (seconds at this size) fails it."""
+    started = time.perf_counter()
+    _PRESETS.redact(text)
+    _PRESETS.redact_dicts([{"k": text}])
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("addr:2001:db8::1", "addr:[IP_ADDRESS]"),  # an address right after a word and a colon
+        ("(8.8.8.8)", "([IP_ADDRESS])"),  # the `(` trigger also flags the digit presets
+        ("key pk_live_abcdefghijklmnop1234", "key [API_KEY]"),
+        ("mac 00:1a:2b:3c:4d:5e", "mac 00:1a:2b:3c:4d:5e"),
+        ("a@b.c1", "a@b.c1"),  # no top-level domain of letters
+    ],
+)
+def test_found_in_review(text: str, expected: str) -> None:
+    assert _PRESETS.redact(text) == expected
+    maps = [{"k": text}]
+    _PRESETS.redact_dicts(maps)
+    assert maps == [{"k": expected}]
+
+
 def test_patterns_of_ones_own_run_first_and_name_the_placeholder() -> None:
     counted: list[str] = []
     redactor = Redactor(["email"], [NamedPattern("order_id", "ORD-[0-9]{8}")], on_match=counted.append)
@@ -229,6 +266,12 @@ def test_patterns_of_ones_own_run_first_and_name_the_placeholder() -> None:
     maps = [{"q": "ORD-1234", "r": "5678 and ORD-87654321"}, {"s": "mail a@b.io", "t": "ORD-"}]
     redactor.redact_dicts(maps)
     assert maps == [{"q": "ORD-1234", "r": "5678 and [ORDER_ID]"}, {"s": "mail [EMAIL]", "t": "ORD-"}]
+    # A pattern that changes a string's length leaves the presets looking at the right strings,
+    # and anchors mean the start and end of each string.
+    long_ids = Redactor(["email"], [NamedPattern("order_id", r"ORD-\d{20}"), NamedPattern("pin", r"^\d{6}$")])
+    maps = [{"a": "ORD-" + "1" * 20}, {"b": "bob@example.com"}, {"c": "z" * 50}, {"d": "123456"}]
+    long_ids.redact_dicts(maps)
+    assert maps == [{"a": "[ORDER_ID]"}, {"b": "[EMAIL]"}, {"c": "z" * 50}, {"d": "[PIN]"}]
     only_patterns = Redactor([], [NamedPattern("ticket", "T#[0-9]+")])
     assert only_patterns.redact("see T#42, mail a@b.io") == "see [TICKET], mail a@b.io"
 
@@ -243,11 +286,15 @@ def test_patterns_of_ones_own_run_first_and_name_the_placeholder() -> None:
         ),
         (
             {"patterns": [{"name": "x", "regex": "a*"}]},
-            "redaction.patterns.0.regex: Value error, the pattern matches",
+            "redaction.patterns.0.regex: Value error, the pattern can match an empty",
         ),
         (
             {"patterns": [{"name": "x", "regex": "(?i)abc"}]},
             "redaction.patterns.0.regex: Value error, not a valid",
+        ),
+        (
+            {"patterns": [{"name": "x", "regex": r"\b"}]},
+            "redaction.patterns.0.regex: Value error, the pattern can",
         ),
         (
             {"patterns": [{"name": "Order Id", "regex": "x"}]},

@@ -45,11 +45,14 @@ PRESET_PATTERNS: dict[str, str] = {
             r"xox[abposr]-[A-Za-z0-9-]{10,}",
             r"AIza[0-9A-Za-z_-]{35}",
             r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
-            r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+            r"e(?<![A-Za-z0-9_-]e)yJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+",
             r"(?<=Bearer )[A-Za-z0-9._~+/-]{16,}=*",  # the token, not the word
         )
     ),
-    "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
+    # One start per run of local-part characters, runs taken whole (possessive): linear time
+    # whatever the text (`aaaa...@!` would otherwise be tried from every `a`). The last label must be
+    # letters (`_CHECKS`).
+    "email": r"[A-Za-z0-9._%+-](?<![A-Za-z0-9._%+-].)[A-Za-z0-9._%+-]*+@[A-Za-z0-9-]++(?:\.[A-Za-z0-9-]++)++",
     "iban": rf"[A-Z]{_NO_WORD_BEFORE}[A-Z][0-9]{{2}}(?: ?[A-Z0-9]){{11,30}}\b",
     "credit_card": r"[0-9](?<![\w+].)(?:[ -]?[0-9]){12,18}\b",  # not a phone's +354 ...
     "ip_address": rf"[0-9]{_NO_WORD_BEFORE}[0-9]{{0,2}}(?:\.[0-9]{{1,3}}){{3}}(?![\w.])",
@@ -71,8 +74,12 @@ PRESET_PATTERNS: dict[str, str] = {
 PRESETS = tuple(PRESET_PATTERNS)
 # IPv6 candidates, run for `ip_address` over text with a `:hex:` in it (hex letters are everywhere
 # in prose, so this pattern cannot skip ahead); `ipaddress` decides (10:30:00 is a time).
-_IPV6 = r"[0-9A-Fa-f:](?<![\w:][0-9A-Fa-f:])[0-9A-Fa-f:]*:[0-9A-Fa-f:]*(?![\w:])"
+# A run of hex digits and colons, started where no hex digit or colon comes before it and taken whole
+# (possessive: linear time); after a word (`addr:2001:db8::1`) it starts at the colon, which the
+# check and the replacement leave in place.
+_IPV6 = r"[0-9A-Fa-f:](?<![0-9A-Fa-f:][0-9A-Fa-f:])[0-9A-Fa-f:]*+(?![\w:])"
 _HEX_COLON = re.compile(":[0-9A-Fa-f]{0,4}:")
+_IPV6_AFTER_COLON = re.compile("[0-9A-Fa-f:]*+")
 
 # What a text must contain somewhere for a preset to find anything in it (RE2 syntax). One RE2 search
 # for all of them runs over all the text of an export at once (its strings joined): RE2 scans in
@@ -80,8 +87,8 @@ _HEX_COLON = re.compile(":[0-9A-Fa-f]{0,4}:")
 # presets' own patterns (Python `re`: they need lookarounds) run only over the few strings flagged.
 _API_KEY_TRIGGERS = (
     "sk-",  # OpenAI, Anthropic
-    "[skr]k_live_",  # Stripe
-    "[skr]k_test_",
+    "[srp]k_live_",  # Stripe
+    "[srp]k_test_",
     "AKIA",  # AWS access key ids
     "ASIA",
     "gh[pousr]_",  # GitHub
@@ -152,12 +159,19 @@ def ip_valid(text: str) -> bool:
 
 def _ipv6_valid(text: str) -> bool:
     # `::` alone (the unspecified address) names no one, and C++'s `a :: b` is not an address.
-    return text.strip(":") != "" and ip_valid(text)
+    return ":" in text and text.strip(":") != "" and ip_valid(text)
+
+
+def _email_valid(text: str) -> bool:
+    """Whether an email candidate ends in a top-level domain of letters (`a@b.c1` does not)."""
+    tld = text.rpartition(".")[2]
+    return len(tld) >= 2 and tld.isascii() and tld.isalpha()
 
 
 # A match is replaced only when its check (if any) passes; otherwise it stays as it was.
 _CHECKS: dict[str, Callable[[str], bool]] = {
     "credit_card": card_valid,
+    "email": _email_valid,
     "iban": iban_valid,
     "ip_address": ip_valid,
 }
@@ -208,7 +222,7 @@ class Redactor:
             for name in chosen
         }
         if "ip_address" in chosen:
-            ipv6 = _Step(re.compile(_IPV6), self._replacement("ip_address", _ipv6_valid), _HEX_COLON)
+            ipv6 = _Step(re.compile(_IPV6), self._ipv6_replacement(), _HEX_COLON)
             self._steps["ip_address"] += (ipv6,)
         triggers = "|".join(dict.fromkeys(t for name in chosen for t in _TRIGGERS[name]))  # ordered, unique
         self._scan = re2.compile(triggers) if triggers else None
@@ -254,10 +268,13 @@ class Redactor:
                     attrs[key] = self.redact_value(value)
         if not texts:
             return
+        if self._always:  # one's own patterns, over each string alone (anchors mean what they say)
+            for index, text in enumerate(texts):
+                redacted = self._run_patterns(text)
+                if redacted != text:
+                    attrs, key = holders[index]
+                    texts[index] = attrs[key] = redacted
         joined = _SEPARATOR.join(texts)
-        for index in self._flagged_by_patterns(texts, joined):
-            attrs, key = holders[index]
-            texts[index] = attrs[key] = self._run_patterns(texts[index])
         for index, names in self._flagged_by_triggers(texts, joined).items():
             attrs, key = holders[index]
             attrs[key] = self._run_presets(texts[index], names)
@@ -266,20 +283,6 @@ class Redactor:
         for step in self._always:
             text = step.pattern.sub(step.replace, text)
         return text
-
-    def _flagged_by_patterns(self, texts: list[str], joined: str) -> list[int]:
-        """The texts a pattern of one's own finds something in, searched over the texts joined (a
-        match across two texts flags both; each is then searched alone)."""
-        if not self._always:
-            return []
-        starts = _starts(texts)
-        flagged: set[int] = set()
-        for step in self._always:
-            for match in step.pattern.finditer(joined):
-                first = bisect.bisect_right(starts, match.start()) - 1
-                last = bisect.bisect_right(starts, max(match.end() - 1, match.start())) - 1
-                flagged.update(range(first, last + 1))
-        return sorted(flagged)
 
     def _flagged_by_triggers(self, texts: list[str], joined: str) -> dict[int, set[str]]:
         """The texts a trigger is found in, each with the presets its triggers belong to. One RE2
@@ -313,6 +316,21 @@ class Redactor:
             return text + found[end:]
 
         return replace
+
+    def _ipv6_replacement(self) -> Callable[[re.Match[str]], str]:
+        """The IPv6 candidates' replacement: a candidate that starts with one colon after a word
+        (`addr:2001:db8::1`) keeps that colon."""
+        replace = self._replacement("ip_address", _ipv6_valid)
+
+        def replace_ipv6(match: re.Match[str]) -> str:
+            found = match.group()
+            if found.startswith(":") and not found.startswith("::"):
+                inner = _IPV6_AFTER_COLON.match(found, 1)
+                if inner is not None:
+                    return ":" + replace(inner)
+            return replace(match)
+
+        return replace_ipv6
 
     def redact_value(self, value: Any) -> Any:
         """A decoded attribute value (str, number, list, dict) with every string in it redacted."""
@@ -391,8 +409,8 @@ def _presets_of_trigger(found: bytes) -> tuple[str, ...]:
         return ("email",)
     if first.isdigit():
         return ("credit_card", "ip_address", "phone")
-    if first in (b"+", b"("):
-        return ("phone",)
+    if first in (b"+", b"("):  # `(8.8.8.8)`: the trigger took `(8`, the rest is too short for a run
+        return ("credit_card", "ip_address", "phone")
     if first == b":":
         return ("ip_address",)
     if _IBAN_START.match(found):
@@ -419,6 +437,6 @@ def check_pattern(regex: str) -> str:
         compiled = re.compile(f"(?:{regex})")
     except re.error as exc:
         raise ValueError(f"not a valid regular expression: {exc}") from None
-    if compiled.fullmatch("") is not None:
-        raise ValueError("the pattern matches the empty string")
+    if compiled.fullmatch("") is not None or _min_width(regex) == 0:
+        raise ValueError("the pattern can match an empty string (every position would get a placeholder)")
     return regex
