@@ -31,6 +31,12 @@ class ApiError(RuntimeError):
     """The server could not be reached or refused the request; the message says which."""
 
 
+def verify_for(url: str) -> ssl.SSLContext | bool:
+    """What httpx verifies a server with: `tls_context()` for an https URL; plain HTTP needs none (so
+    a TLS variable set for another server does not get in its way)."""
+    return tls_context() if url.lower().startswith("https:") else True
+
+
 def tls_context() -> ssl.SSLContext:
     """The client side of TLS: the system's CAs, or $RAGPULSE_CA_FILE; with $RAGPULSE_CLIENT_CERT
     (and $RAGPULSE_CLIENT_KEY when the key is a file of its own), a client certificate."""
@@ -50,7 +56,7 @@ class ApiClient:
     def __init__(self, url: str, timeout: float = 120.0, key: str | None = None) -> None:
         self.url = url.rstrip("/")
         self._client = httpx.Client(
-            base_url=self.url, timeout=timeout, headers=auth_headers(key), verify=tls_context()
+            base_url=self.url, timeout=timeout, headers=auth_headers(key), verify=verify_for(self.url)
         )
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from collector.api_client import auth_headers, tls_context
+from collector.api_client import auth_headers, verify_for
 from collector.config import Config
 from collector.otlp.batch import concat_batches, decode_request
 from collector.otlp.json_request import UndecodableBody, parse_json_request
@@ -138,7 +138,7 @@ def replay_to_server(paths: list[Path], server_url: str, timeout: float = 30.0) 
     """POST every captured request to a running server's /v1/traces, retrying while it is busy."""
     report = ReplayReport()
     url = server_url.rstrip("/") + "/v1/traces"
-    with httpx.Client(timeout=timeout, headers=auth_headers(), verify=tls_context()) as client:
+    with httpx.Client(timeout=timeout, headers=auth_headers(), verify=verify_for(url)) as client:
         for path in paths:
             for captured in read_captured(path):
                 response = _post(client, url, captured)

@@ -198,6 +198,20 @@ def test_the_cli_reaches_an_https_server(mtls_served: Service, pki: Pki, tmp_pat
     assert answered.returncode == 0, answered.stderr
     assert "42" in answered.stdout
 
+    # A TLS variable meant for another server does not get in the way of a plaintext one.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with BackgroundService(make_config(plain)) as served_plain:
+        answered_plain = run_ragpulse(
+            "sql",
+            "--server",
+            served_plain.http_url,
+            "SELECT 1 AS one",
+            cwd=tmp_path,
+            env=clean_env(RAGPULSE_CA_FILE=str(tmp_path / "nope.pem")),
+        )
+    assert answered_plain.returncode == 0, answered_plain.stderr
+
     missing = run_ragpulse(*query, cwd=tmp_path, env=clean_env(RAGPULSE_CA_FILE=str(tmp_path / "nope.pem")))
     assert missing.returncode != 0
     assert "RAGPULSE_CA_FILE" in missing.stderr
