@@ -3,12 +3,15 @@ started with `start()`, asked to end with `stop()`."""
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 
 
 class BackgroundWorker:
     """Runs `_run` on a daemon thread named `name`; `_run` loops until `_stopping` is set, and waits
-    on it (`self._stopping.wait(seconds)`) so that `stop` ends a wait at once."""
+    on it (`self._stopping.wait(seconds)`) so that `stop` ends a wait at once. A component that
+    does one round every so many seconds writes `_run` as one call of `_run_every`."""
 
     def __init__(self, name: str) -> None:
         self._stopping = threading.Event()
@@ -25,3 +28,23 @@ class BackgroundWorker:
 
     def _run(self) -> None:
         raise NotImplementedError
+
+    def _run_every(
+        self,
+        seconds: float,
+        one_round: Callable[[], object],
+        log: logging.Logger,
+        failed: str,
+        on_error: Callable[[], object] | None = None,
+    ) -> None:
+        """The loop of a periodic component: `one_round` now, then every `seconds` until stopped. A
+        round that raises is logged on `log` as `failed` (with the traceback) and counted with
+        `on_error`; the next round runs as planned."""
+        while not self._stopping.is_set():
+            try:
+                one_round()
+            except Exception:
+                if on_error is not None:
+                    on_error()
+                log.exception(failed)
+            self._stopping.wait(seconds)

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from collector.auth import Keyring, KeyringError
 from collector.config import Config
+from collector.processors.config import STAGES
 from collector.receivers.config import host_is_loopback
 from collector.receivers.tls import ServerTls, TlsError
 
@@ -115,7 +116,7 @@ def _redaction(config: Config) -> Finding:
             "redaction.presets: [email, phone, credit_card, iban, ip_address, api_key]",
         )
     kinds = [*redaction.presets, *(p.name for p in redaction.patterns)]
-    missing = [stage for stage in ("storage", "judge", "export") if stage not in redaction.apply_to]
+    missing = [stage for stage in STAGES if stage not in redaction.apply_to]
     detail = f"{', '.join(kinds)} before {', '.join(redaction.apply_to) or 'nothing'}"
     if missing:
         return Finding(

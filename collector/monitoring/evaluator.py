@@ -126,13 +126,13 @@ class AlertEvaluator(BackgroundWorker):
         super().__init__("ragpulse-alerts")
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.evaluate_once()
-            except Exception:
-                self._metrics.alert_evaluation_errors.inc()
-                log.exception("evaluating alerts failed; retrying at the next round")
-            self._stopping.wait(self._config.evaluate_every)
+        self._run_every(
+            self._config.evaluate_every,
+            self.evaluate_once,
+            log,
+            "evaluating alerts failed; retrying at the next round",
+            self._metrics.alert_evaluation_errors.inc,
+        )
 
     def _query(self, sql: str) -> list[dict[str, Any]]:
         return self._store.query(sql, _MAX_ROWS, self._timeout).records()

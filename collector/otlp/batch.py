@@ -108,13 +108,9 @@ def attributes_dict(attributes: Any) -> dict[str, Any]:
     return result
 
 
-def attributes_json(attributes: Any) -> str:
-    # orjson writes NaN and infinities as null, so the text is always valid JSON.
-    return orjson.dumps(attributes_dict(attributes)).decode()
-
-
 def json_column(values: list[dict[str, Any]]) -> list[str]:
-    """Attribute maps as JSON text, the stored form."""
+    """Attribute maps as JSON text, the stored form (orjson writes NaN and infinities as null, so
+    the text is always valid JSON)."""
     return [orjson.dumps(value).decode() for value in values]
 
 

@@ -214,7 +214,6 @@ class Redactor:
         if unknown:
             raise ValueError(f"unknown redaction preset(s) {', '.join(unknown)}; known: {', '.join(PRESETS)}")
         chosen = [name for name in PRESETS if name in presets]
-        self.kinds = tuple([p.name for p in patterns] + chosen)
         self._on_match = on_match
         self._always = tuple(_Step(re.compile(p.regex), self._replacement(p.name, None)) for p in patterns)
         self._steps: dict[str, tuple[_Step, ...]] = {
@@ -229,9 +228,6 @@ class Redactor:
         self._scan_bytes = re2.compile(triggers.encode()) if triggers else None
         widths = [_min_width(p.regex) for p in patterns] + [_min_width(PRESET_PATTERNS[n]) for n in chosen]
         self._shortest = min(widths, default=0)
-
-    def __bool__(self) -> bool:
-        return bool(self.kinds)
 
     def redact(self, text: str) -> str:
         """`text` with every match replaced by its placeholder (the same object when nothing matches)."""
@@ -430,13 +426,12 @@ def _min_width(regex: str) -> int:
 
 
 def check_pattern(regex: str) -> str:
-    """`regex` if it can join the redactor's alternation, else `ValueError` with the reason (for the
-    config): it must compile as a group (so no global flags: `(?i:...)`, not `(?i)...`) and must not
-    match the empty string (every position would get a placeholder)."""
+    """`regex` if Python's `re` compiles it and it cannot match an empty string (every position
+    would get a placeholder), else `ValueError` with the reason (for the config)."""
     try:
-        compiled = re.compile(f"(?:{regex})")
+        re.compile(regex)
     except re.error as exc:
         raise ValueError(f"not a valid regular expression: {exc}") from None
-    if compiled.fullmatch("") is not None or _min_width(regex) == 0:
+    if _min_width(regex) == 0:
         raise ValueError("the pattern can match an empty string (every position would get a placeholder)")
     return regex

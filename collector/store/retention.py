@@ -125,13 +125,13 @@ class RetentionKeeper(BackgroundWorker):
         super().__init__("ragpulse-retention")
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.run_once()
-            except Exception:
-                self._metrics.retention_errors.inc()
-                log.exception("retention round failed; retrying at the next round")
-            self._stopping.wait(self._config.check_every)
+        self._run_every(
+            self._config.check_every,
+            self.run_once,
+            log,
+            "retention round failed; retrying at the next round",
+            self._metrics.retention_errors.inc,
+        )
 
     def run_once(self) -> RoundReport:
         """One round: delete what is past the age, then what is over the size cap; log and count it."""
