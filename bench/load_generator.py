@@ -20,18 +20,22 @@ As a script it sends such requests over OTLP/gRPC and prints the spans acknowled
 time until every Export returned; UNAVAILABLE and RESOURCE_EXHAUSTED are retried with a growing
 pause, up to 50 times):
 
-    .venv/bin/python bench/load_generator.py HOST:PORT TRACES [BATCH_TRACES] [CONCURRENCY]
+    .venv/bin/python bench/load_generator.py HOST:PORT[,HOST:PORT...] TRACES [BATCH_TRACES] [CONCURRENCY]
 
 TRACES is rounded down to a multiple of BATCH_TRACES (default 100); request i is `build(BATCH_TRACES,
-i)`; CONCURRENCY (default 4) threads send them on one channel.
+i)`; CONCURRENCY (default 4) threads send them on one channel per target. With several targets (the
+replicas of one lake), each request is split by trace, before the clock starts, the way the
+OpenTelemetry Collector's loadbalancing exporter routes (`routing_key: traceID`; tests/router.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -135,14 +139,34 @@ def build(n_traces: int, seed: int, pii: bool = False) -> trace_service_pb2.Expo
     return request
 
 
+def route(
+    requests: list[trace_service_pb2.ExportTraceServiceRequest], targets: list[str]
+) -> list[tuple[str, trace_service_pb2.ExportTraceServiceRequest]]:
+    """(target, request) pairs: each request whole to the one target, or split by trace id over several
+    as the Collector's loadbalancing exporter would."""
+    if len(targets) == 1:
+        return [(targets[0], r) for r in requests]
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.router import HashRing, split_by_endpoint
+
+    ring = HashRing(targets)
+    return [(target, part) for r in requests for target, part in split_by_endpoint(r, ring).items()]
+
+
 def send_all(
-    target: str, requests: list[trace_service_pb2.ExportTraceServiceRequest], concurrency: int
+    target: str,
+    requests: list[trace_service_pb2.ExportTraceServiceRequest],
+    concurrency: int,
 ) -> tuple[float, list[grpc.StatusCode]]:
-    """Export every request from `concurrency` threads; returns the wall time and the errors."""
-    channel = grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)])
-    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+    """Export every request from `concurrency` threads; returns the wall time and the errors.
+    `target`: HOST:PORT, or several separated by commas (see `route`)."""
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    targets = target.split(",")
+    channels = {t: grpc.insecure_channel(t, options=options) for t in targets}
+    stubs = {t: trace_service_pb2_grpc.TraceServiceStub(c) for t, c in channels.items()}
+    routed = route(requests, targets)
     errors: list[grpc.StatusCode] = []
-    todo = iter(range(len(requests)))
+    todo = iter(range(len(routed)))
     lock = threading.Lock()
 
     def worker() -> None:
@@ -153,7 +177,8 @@ def send_all(
                 return
             for attempt in range(MAX_ATTEMPTS):
                 try:
-                    stub.Export(requests[i], timeout=30)
+                    where, request = routed[i]
+                    stubs[where].Export(request, timeout=30)
                     break
                 except grpc.RpcError as exc:
                     code = exc.code()
@@ -171,13 +196,14 @@ def send_all(
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
-    channel.close()
+    for channel in channels.values():
+        channel.close()
     return wall, errors
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("target", help="HOST:PORT of an OTLP/gRPC receiver")
+    parser.add_argument("target", help="HOST:PORT of an OTLP/gRPC receiver, or several, comma-separated")
     parser.add_argument("traces", type=int, help="traces to send (rounded down to a multiple of the batch)")
     parser.add_argument("batch", type=int, nargs="?", default=100, help="traces per Export (default 100)")
     parser.add_argument("concurrency", type=int, nargs="?", default=4, help="sending threads (default 4)")

@@ -48,6 +48,7 @@ from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.receivers.tls import ServerTls, TlsError
 from collector.server_file import server_file
 from collector.store import Store, open_store
+from collector.store.maintenance import StoreMaintainer
 from collector.store.retention import RetentionKeeper
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
@@ -82,6 +83,7 @@ class Service:
         self.alert_book: AlertBook | None = None
         self.canary_runner: CanaryRunner | None = None
         self.retention: RetentionKeeper | None = None
+        self.maintainer: StoreMaintainer | None = None
         budget = config.sampling.budget
         # One budget for every judge call: online scoring and the canaries.
         self.judge_budget = JudgeBudget(
@@ -134,6 +136,9 @@ class Service:
         if cfg.store.retention.enabled:  # after the writer: its deletions run beside span appends
             self.retention = RetentionKeeper(self.store, cfg.store.retention, self.metrics)
             self.retention.start()
+        if self.store.shared:  # a lake: small files merged, old snapshots expired, by the leader
+            self.maintainer = StoreMaintainer(self.store, cfg.store.compact_every)
+            self.maintainer.start()
         if cfg.exporters.forward_spans and cfg.exporters.otlp.endpoint:
             export = self._redactor("export")
             self.forwarder = Forwarder(
@@ -172,9 +177,10 @@ class Service:
         self._http_socket = _listen(cfg.receivers.host, cfg.receivers.http_port)
         # Written once both sockets listen (connections queue from here), before /healthz answers,
         # so a client that saw the server healthy also finds the sidecar.
-        server_file(cfg.store.path).write_bytes(
-            orjson.dumps({"pid": os.getpid(), "http_url": self.http_url, "grpc_port": self.grpc_port})
-        )
+        if not self.store.shared:  # a lake is opened by any number of processes: no sidecar
+            server_file(cfg.store.path).write_bytes(
+                orjson.dumps({"pid": os.getpid(), "http_url": self.http_url, "grpc_port": self.grpc_port})
+            )
         self._http = _UvicornServer(
             uvicorn.Config(
                 app,
@@ -346,10 +352,13 @@ class Service:
             await asyncio.to_thread(self.forwarder.stop)
         if self.retention:  # before the store closes; a round in progress stops between batches
             await asyncio.to_thread(self.retention.stop)
+        if self.maintainer:
+            await asyncio.to_thread(self.maintainer.stop)
         if self.store:
             self.store.close()
-            with contextlib.suppress(OSError):
-                server_file(self.config.store.path).unlink()
+            if not self.store.shared:
+                with contextlib.suppress(OSError):
+                    server_file(self.config.store.path).unlink()
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -98,6 +98,11 @@ class Metrics:
             "Assembled traces with no recognisable RAG step (convention 'unknown')",
             registry=r,
         )
+        self.traces_claimed_elsewhere = Counter(
+            "ragpulse_traces_claimed_elsewhere",
+            "Traces ready here but assembled by another replica with the same spans (ducklake)",
+            registry=r,
+        )
         self.assembly_errors = Counter(
             "ragpulse_assembly_errors", "Assembly rounds that failed (retried after a restart)", registry=r
         )

@@ -107,6 +107,8 @@ def target(
         raise click.UsageError("give --server or --db, not both")
     if db:
         config.store.path = db
+    if config.store.backend == "ducklake":  # any process reads the lake itself
+        return config, server
     return config, server or running_server_url(config.store.path)
 
 

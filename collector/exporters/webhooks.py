@@ -61,7 +61,8 @@ class WebhookNotifier(BackgroundWorker):
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                self.deliver_once()
+                if self._store.is_leader():  # one replica delivers for all
+                    self.deliver_once()
             except Exception:
                 log.exception("delivering alert notifications failed; retrying")
             self._wake.wait(POLL_SECONDS)

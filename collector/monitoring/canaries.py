@@ -116,6 +116,9 @@ def outcome(
     )
 
 
+_NOT_LEADER_WAIT = 10.0  # seconds between two looks at whether this replica leads now
+
+
 class CanaryRunner(BackgroundWorker):
     """Runs the canaries on their own thread; `run_once` is one run."""
 
@@ -173,6 +176,9 @@ class CanaryRunner(BackgroundWorker):
                 self._stopping.wait(wait)
                 continue
             try:
+                if not self._store.is_leader():  # one replica runs them for all
+                    self._stopping.wait(_NOT_LEADER_WAIT)
+                    continue
                 self.run_once()
             except Exception:
                 log.exception("the judge canary run failed; retrying at the next one")

@@ -128,7 +128,8 @@ class AlertEvaluator(BackgroundWorker):
     def _run(self) -> None:
         self._run_every(
             self._config.evaluate_every,
-            self.evaluate_once,
+            # With several replicas on one lake, the leader alone evaluates (one event per change).
+            lambda: self._store.is_leader() and self.evaluate_once(),
             log,
             "evaluating alerts failed; retrying at the next round",
             self._metrics.alert_evaluation_errors.inc,

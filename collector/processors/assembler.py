@@ -65,10 +65,11 @@ class _Pending:
     from_store: bool = False  # late span or recovery: read every span of the trace from the store
     spilled: bool = False  # some of its spans were not held in memory: read them from the store
     checked: bool = False  # the store was asked whether this root-less trace was assembled before
+    elsewhere: bool = False  # other replicas received spans of it: read them from the store
 
     @property
     def read_back(self) -> bool:
-        return self.from_store or self.spilled
+        return self.from_store or self.spilled or self.elsewhere
 
 
 @dataclass(slots=True)
@@ -143,7 +144,8 @@ class TraceAssembler:
         self._next_batch = 0
         self._assembled: OrderedDict[str, int] = OrderedDict()  # trace id -> assembly count
         self._assembled_cap = max(100_000, 2 * config.max_traces)
-        self._may_have_older = False  # traces assembled before this process, or evicted from memory
+        # Traces assembled before this process, or evicted from memory, or by another replica.
+        self._may_have_older = store.shared
         self._cases = CaseIndex()
         self._cases_stale = True
         self._cases_version = 0
@@ -266,7 +268,7 @@ class TraceAssembler:
 
     def _recover(self) -> None:
         pending = self._store.pending_trace_ids()
-        self._may_have_older = self._store.has_traces()
+        self._may_have_older = self._store.shared or self._store.has_traces()
         if pending:
             log.info("assembling %d trace(s) stored but not assembled before the last stop", len(pending))
         self._ready_queue.extend(
@@ -397,6 +399,11 @@ class TraceAssembler:
                 if trace_id in earlier:
                     pending.from_store = True
                     self._assembled[trace_id] = earlier[trace_id]
+        if self._store.shared:
+            # Spans of these traces that reached other replicas are read back from the store.
+            elsewhere = self._store.traces_elsewhere([t for t, _, _ in ready])
+            for trace_id, _, pending in ready:
+                pending.elsewhere = pending.elsewhere or trace_id in elsewhere
         from_store = [t for t, _, p in ready if p.from_store]
         stored_counts = self._store.assembly_counts(from_store) if from_store else {}
         spans, events = self._gather(ready, [t for t, _, p in ready if p.read_back])
@@ -404,11 +411,30 @@ class TraceAssembler:
             self._release(pending)
         if spans is None:
             return None
+        per_trace = pc.value_counts(spans["trace_id"])  # events alone make no trace yet
+        claimed = self._store.claim_traces(
+            dict(
+                zip(per_trace.field("values").to_pylist(), per_trace.field("counts").to_pylist(), strict=True)
+            )
+        )
+        if len(claimed) < len(per_trace):
+            # Another replica assembled these very spans already (or more of them): not again here.
+            lost = {t for t in per_trace.field("values").to_pylist() if t not in claimed}
+            self._metrics.traces_claimed_elsewhere.inc(len(lost))
+            ready = [r for r in ready if r[0] not in lost]
+            keep = pa.array(list(claimed), pa.string())
+            spans = spans.filter(pc.is_in(spans["trace_id"], value_set=keep))
+            if events is not None:
+                events = events.filter(pc.is_in(events["trace_id"], value_set=keep))
+        if not claimed:
+            for trace_id, _, _ in ready:  # traces with events only: nothing to map yet
+                self._remember(trace_id, self._assembled.get(trace_id, 0))
+            return None
         if self._cases_stale:
             self._load_cases()
-        with_spans = set(pc.unique(spans["trace_id"]).to_pylist())  # events alone make no trace yet
+        with_spans = set(claimed)
         counts = {
-            t: (reason, max(self._assembled.get(t, 0), stored_counts.get(t, 0)) + 1)
+            t: (reason, claimed[t] or max(self._assembled.get(t, 0), stored_counts.get(t, 0)) + 1)
             for t, reason, _ in ready
             if t in with_spans
         }

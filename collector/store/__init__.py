@@ -13,6 +13,10 @@ def open_store(config: StoreConfig, read_only: bool = False) -> Store:
         from collector.store.duckdb_store import DuckDBStore
 
         return DuckDBStore(config.path, config, read_only=read_only)
+    if config.backend == "ducklake":
+        from collector.store.ducklake_store import DuckLakeStore
+
+        return DuckLakeStore(config, read_only=read_only)
     raise StoreError(f"store.backend: unknown backend {config.backend!r}")
 
 

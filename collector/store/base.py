@@ -9,7 +9,7 @@ the span writer's group commits and the other work from waiting on each other.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -214,6 +214,34 @@ class Store(ABC):
         steps, documents, scores, the evaluation outbox; judge work is the traces' `judge_status`),
         in one transaction that never waits on nor fails a concurrent span append. Aggregates
         (`score_aggregates`), alerts, canary runs and cases are kept."""
+
+    # ---------------------------------------------------------------- several replicas
+    # One process owns an embedded store, so these defaults say: everything is ours. A store that
+    # several replicas write (DuckLake) decides who assembles a trace and who runs the singletons.
+
+    # Whether other replicas write this store too.
+    shared = False
+
+    def traces_elsewhere(self, trace_ids: Sequence[str]) -> set[str]:
+        """Those of these traces of which other replicas received spans too (a shared store learns
+        it in `append_spans`, before the spans are acknowledged): to assemble such a trace whole,
+        its spans are read back from the store."""
+        return set()
+
+    def claim_traces(self, span_counts: Mapping[str, int]) -> dict[str, int | None]:
+        """The traces this replica is to assemble now, of those it is ready to assemble with
+        `span_counts` spans each, with the revision (assembly count) each claim gave it, or None
+        where the store leaves counting to the assembler. A trace is claimed by one replica for
+        each set of spans, and again only with more spans than its last assembly had."""
+        return dict.fromkeys(span_counts)
+
+    def is_leader(self) -> bool:
+        """Whether this replica runs the work done once for all replicas (alerts, canaries,
+        webhook deliveries, retention, compaction) in this round."""
+        return True
+
+    def maintain(self) -> None:  # noqa: B027 (a default: nothing to do)
+        """Periodic housekeeping of the storage (compaction for a lake; nothing for a file)."""
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import socket
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from collector.config_base import Section
 
@@ -30,10 +32,26 @@ class RetentionConfig(Section):
         return self.max_age_days is not None or self.max_bytes is not None
 
 
+# A replica's name travels inside SQL text sent to the catalog: letters, digits, `.`, `_`, `-`.
+_REPLICA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
 class StoreConfig(Section):
-    # The only backend for now; DuckLake (one lake for several replicas) is planned.
-    backend: Literal["duckdb"] = "duckdb"
+    # duckdb: one database file (the embedded default). ducklake: one lake shared by several
+    # replicas, its catalog in PostgreSQL and its data as Parquet files (docs/scale-out.md).
+    backend: Literal["duckdb", "ducklake"] = "duckdb"
     path: str = "ragpulse.duckdb"
+    # ducklake: the catalog, as DuckLake names it ("postgres:dbname=ragpulse host=... user=...";
+    # libpq's PGPASSWORD and friends apply), and where the Parquet files go (a directory every
+    # replica mounts, or s3://...).
+    catalog: str | None = None
+    data_path: str | None = None
+    # ducklake: this replica's name, unique among the replicas (default: the host name, which is
+    # stable for a StatefulSet's pods).
+    replica: str | None = None
+    # ducklake: seconds between two maintenance rounds (merging small Parquet files, expiring old
+    # snapshots, folding aggregate rows), run by one replica at a time.
+    compact_every: float = Field(300.0, gt=0)
     # Spans waiting for commit; beyond this, exports are refused with a retryable status.
     max_queue_spans: int = Field(100_000, gt=0)
     # One commit takes at most this many spans (many exports share a commit).
@@ -45,3 +63,30 @@ class StoreConfig(Section):
     memory_limit: str | None = "128MB"
     threads: int | None = Field(None, gt=0)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+
+    @field_validator("replica")
+    @classmethod
+    def _replica_name(cls, value: str | None) -> str | None:
+        if value is not None and not _REPLICA_NAME.fullmatch(value):
+            raise ValueError("a replica name is 1-63 letters, digits, '.', '_' or '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _lake_settings(self) -> StoreConfig:
+        if self.backend == "ducklake":
+            if not self.catalog or not self.catalog.startswith("postgres:"):
+                raise ValueError(
+                    "store.catalog: the ducklake backend needs a PostgreSQL catalog, "
+                    '"postgres:dbname=... host=... user=..."'
+                )
+            if not self.data_path:
+                raise ValueError("store.data_path: the ducklake backend needs a directory (or s3://...)")
+        return self
+
+    @property
+    def replica_name(self) -> str:
+        """This replica's name: `replica`, else the host name (made a valid replica name)."""
+        if self.replica:
+            return self.replica
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).strip("-._") or "replica"
+        return host[:63]

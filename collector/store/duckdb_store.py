@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -107,7 +107,13 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    con.execute("COMMIT")
+    try:
+        con.execute("COMMIT")
+    except duckdb.Error:
+        # A commit that failed (a conflict, where writers race) leaves nothing to keep.
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
 
 
 _IDS = "_trace_ids"
@@ -136,6 +142,9 @@ _OTHER_TIMES = (
     "SELECT trace_id, coalesce(time, received_at) AS t, 1 AS other FROM span_events WHERE source = 'log' "
     "UNION ALL SELECT trace_id, coalesce(end_time, last_received_at, assembled_at), 1 FROM traces"
 )
+
+
+_T = TypeVar("_T")
 
 
 def _key_match(left: str, right: str) -> str:
@@ -171,22 +180,61 @@ class DuckDBStore(Store):
     `read_only=True` opens an existing file for queries only (no migration; writes raise
     `ReadOnlyStore`); it fails with `StoreLocked` while a writer holds the file."""
 
+    # Aggregates are kept one row per key, updated in place. A store several replicas write adds a
+    # row per write instead (partial sums that readers add up, folded now and then): concurrent
+    # updates of one row would fail all but one writer.
+    aggregates_in_place = True
+
     def __init__(self, path: str | Path, config: StoreConfig | None = None, read_only: bool = False) -> None:
         self.path = Path(path)
         self.read_only = read_only
-        self._con = connect(self.path, config, read_only=read_only)
+        # The replica stamped on the traces it assembles and the events it exports (null here).
+        self.replica: str | None = None
+        self._con = self._connect(config, read_only)
         self._write_lock = threading.Lock()
         # Everything but span appends: assembled rows, scores and their aggregates, the outbox.
         # Their transactions update shared rows (score_aggregates), so they take turns instead
         # of failing on DuckDB's write-write conflicts.
         self._derived_lock = threading.Lock()
+        # Alerts, notifications, canary runs and cases: rows of their own, no lock shared with the above.
+        self._monitoring_lock = threading.Lock()
         if read_only:
             return
         try:
-            migrate(self._con)
+            self._migrate()
         except Exception:
             self._con.close()
             raise
+
+    def _connect(self, config: StoreConfig | None, read_only: bool) -> duckdb.DuckDBPyConnection:
+        return connect(self.path, config, read_only=read_only)
+
+    def _migrate(self) -> None:
+        migrate(self._con)
+
+    def _retrying(self, attempt: Callable[[], _T]) -> _T:
+        """Run one write transaction (`attempt`); a store with concurrent writers retries conflicts."""
+        return attempt()
+
+    def _write(
+        self, body: Callable[[duckdb.DuckDBPyConnection], _T], lock: threading.Lock | None = None
+    ) -> _T:
+        """`body` in one transaction on a cursor of its own, under `lock` (the derived-rows lock by
+        default), retried as a whole where the store retries conflicts."""
+        self._writable()
+
+        def attempt() -> _T:
+            with lock or self._derived_lock, self._cursor() as con, transaction(con):
+                return body(con)
+
+        return self._retrying(attempt)
+
+    def _stamp(self, rows: pa.Table | None) -> pa.Table | None:
+        """Rows of `traces` or `evaluation_outbox` with this replica's name (when there is one)."""
+        if rows is None or self.replica is None or not rows.num_rows:
+            return rows
+        column = pa.array([self.replica] * rows.num_rows, pa.string())
+        return rows.set_column(rows.schema.get_field_index("replica"), "replica", column)
 
     @contextlib.contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -204,13 +252,17 @@ class DuckDBStore(Store):
 
     def append_spans(self, spans: pa.Table, events: pa.Table) -> None:
         self._writable()
-        with self._write_lock, transaction(self._con) as con:
-            if spans.num_rows:
-                with _registered(con, "_ingest_spans", spans):
-                    con.execute("INSERT INTO spans BY NAME SELECT * FROM _ingest_spans")
-            if events.num_rows:
-                with _registered(con, "_ingest_events", events):
-                    con.execute("INSERT INTO span_events BY NAME SELECT * FROM _ingest_events")
+
+        def attempt() -> None:
+            with self._write_lock, transaction(self._con) as con:
+                if spans.num_rows:
+                    with _registered(con, "_ingest_spans", spans):
+                        con.execute("INSERT INTO spans BY NAME SELECT * FROM _ingest_spans")
+                if events.num_rows:
+                    with _registered(con, "_ingest_events", events):
+                        con.execute("INSERT INTO span_events BY NAME SELECT * FROM _ingest_events")
+
+        self._retrying(attempt)
 
     # ---------------------------------------------------------------- assembly
 
@@ -262,28 +314,30 @@ class DuckDBStore(Store):
         return {trace_id: count or 1 for trace_id, count in rows}
 
     def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
-        self._writable()
-        with self._derived_lock, self._cursor() as con, transaction(con):
-            affected = None
-            if replace:
-                with _registered(con, _IDS, _ids_table(replace)):
-                    affected = con.execute(
-                        f"SELECT DISTINCT {_AGG_KEY} FROM scores "
-                        f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
-                    ).to_arrow_table()
-                    for table in ("traces", "steps", "documents", "scores", "evaluation_outbox"):
-                        con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM {_IDS})")
-                    con.execute(
-                        f"DELETE FROM span_events WHERE source = '{WRITEBACK_SOURCE}' "
-                        f"AND trace_id IN (SELECT trace_id FROM {_IDS})"
-                    )
-            for table, rows in (
-                ("traces", tables.traces),
-                ("steps", tables.steps),
-                ("documents", tables.documents),
-            ):
-                _insert(con, table, rows)
-            self._insert_scores(con, tables.scores, tables.events, tables.outbox, affected)
+        self._write(lambda con: self._write_traces(con, tables, replace))
+
+    def _write_traces(
+        self, con: duckdb.DuckDBPyConnection, tables: TraceTables, replace: Sequence[str]
+    ) -> None:
+        affected = None
+        if replace:
+            with _registered(con, _IDS, _ids_table(replace)):
+                affected = con.execute(
+                    f"SELECT DISTINCT {_AGG_KEY} FROM scores WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
+                ).to_arrow_table()
+                for table in ("traces", "steps", "documents", "scores", "evaluation_outbox"):
+                    con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM {_IDS})")
+                con.execute(
+                    f"DELETE FROM span_events WHERE source = '{WRITEBACK_SOURCE}' "
+                    f"AND trace_id IN (SELECT trace_id FROM {_IDS})"
+                )
+        for table, rows in (
+            ("traces", self._stamp(tables.traces)),
+            ("steps", tables.steps),
+            ("documents", tables.documents),
+        ):
+            _insert(con, table, rows)
+        self._insert_scores(con, tables.scores, tables.events, tables.outbox, affected)
 
     def _insert_scores(
         self,
@@ -296,7 +350,7 @@ class DuckDBStore(Store):
         """Insert score rows and their events, and keep `score_aggregates` in step: the `affected`
         groups (of replaced scores) are recomputed from `scores`, the others get the new rows added."""
         _insert(con, "span_events", events)
-        _insert(con, "evaluation_outbox", outbox)
+        _insert(con, "evaluation_outbox", self._stamp(outbox))
         _insert(con, "scores", scores)
         if affected is not None and affected.num_rows:
             with _registered(con, "_affected", affected):
@@ -309,6 +363,9 @@ class DuckDBStore(Store):
                     f"FROM scores s SEMI JOIN _affected k ON {_key_match('s', 'k')} GROUP BY ALL"
                 )
         if scores is None or not scores.num_rows:
+            return
+        if not self.aggregates_in_place:
+            self._append_aggregates(con, scores, affected)
             return
         with _registered(con, "_new_scores", scores):
             skip = ""
@@ -338,6 +395,22 @@ class DuckDBStore(Store):
                 f"WHERE NOT EXISTS (SELECT 1 FROM score_aggregates a WHERE {_key_match('a', 'g')})"
             )
 
+    def _append_aggregates(
+        self, con: duckdb.DuckDBPyConnection, scores: pa.Table, affected: pa.Table | None
+    ) -> None:
+        """A row of partial sums per key for these scores (the groups recomputed above excepted)."""
+        skip = ""
+        with _registered(con, "_new_scores", scores):
+            if affected is not None and affected.num_rows:
+                con.register("_affected", affected)
+                skip = f"ANTI JOIN _affected k ON {_key_match('s', 'k')}"
+            con.execute(
+                f"INSERT INTO score_aggregates BY NAME SELECT {_AGGREGATES}, {_NOW} AS updated_at "
+                f"FROM _new_scores s {skip} GROUP BY ALL"
+            )
+            if skip:
+                con.unregister("_affected")
+
     # ---------------------------------------------------------------- judge work
 
     def pending_judge_work(self, limit: int, exclude: Iterable[str] = ()) -> pa.Table:
@@ -345,17 +418,16 @@ class DuckDBStore(Store):
             return con.execute(
                 "SELECT trace_id, assembly_count, sample_reason, expected_answer, "
                 "CAST(expected_documents AS VARCHAR) AS expected_documents "
-                "FROM traces t WHERE judge_status = 'pending' "
+                "FROM traces t WHERE judge_status = 'pending' AND replica IS NOT DISTINCT FROM ? "
                 f"AND NOT EXISTS (SELECT 1 FROM {_IDS} i WHERE i.trace_id = t.trace_id) "
                 "ORDER BY assembled_at LIMIT ?",
-                [limit],
+                [self.replica, limit],
             ).to_arrow_table()
 
     def write_judge_scores(
         self, revisions: pa.Table, scores: pa.Table, events: pa.Table, outbox: pa.Table
     ) -> int:
-        self._writable()
-        with self._derived_lock, self._cursor() as con, transaction(con):
+        def body(con: duckdb.DuckDBPyConnection) -> int:
             with _registered(con, "_revisions", revisions):
                 current = con.execute(
                     "SELECT r.trace_id FROM _revisions r JOIN traces t ON t.trace_id = r.trace_id "
@@ -373,47 +445,61 @@ class DuckDBStore(Store):
                 )
             return current.num_rows
 
+        return self._write(body)
+
     def skip_judge_work(self, trace_ids: Sequence[str], reason: str) -> None:
-        self._writable()
         ids = _ids_table(trace_ids)
-        with self._derived_lock, self._cursor() as con, transaction(con), _registered(con, _IDS, ids):
-            con.execute(
-                "UPDATE traces SET judge_status = ?, sample_decision = 'deterministic', sample_reason = ? "
-                f"WHERE judge_status = 'pending' AND trace_id IN (SELECT trace_id FROM {_IDS})",
-                [reason, reason],
-            )
+
+        def body(con: duckdb.DuckDBPyConnection) -> None:
+            with _registered(con, _IDS, ids):
+                con.execute(
+                    "UPDATE traces SET judge_status = ?, sample_decision = 'deterministic', "
+                    "sample_reason = ? "
+                    f"WHERE judge_status = 'pending' AND trace_id IN (SELECT trace_id FROM {_IDS})",
+                    [reason, reason],
+                )
+
+        self._write(body)
 
     # ---------------------------------------------------------------- evaluation outbox
+
+    # Each replica exports the events of the traces it assembled.
+    _OWN_OUTBOX = "evaluation_outbox WHERE replica IS NOT DISTINCT FROM ?"
 
     def read_outbox(self, limit: int) -> pa.Table:
         with self._cursor() as con:
             return con.execute(
-                "SELECT * FROM evaluation_outbox ORDER BY created_at, event_id LIMIT ?", [limit]
+                f"SELECT * EXCLUDE (replica) FROM {self._OWN_OUTBOX} ORDER BY created_at, event_id LIMIT ?",
+                [self.replica, limit],
             ).to_arrow_table()
 
     def delete_outbox(self, event_ids: Sequence[str]) -> None:
-        self._writable()
         ids = pa.table({"event_id": pa.array(list(event_ids), pa.string())})
-        with self._derived_lock, self._cursor() as con, transaction(con), _registered(con, "_sent", ids):
-            con.execute("DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM _sent)")
+
+        def body(con: duckdb.DuckDBPyConnection) -> None:
+            with _registered(con, "_sent", ids):
+                con.execute("DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM _sent)")
+
+        self._write(body)
 
     def trim_outbox(self, max_events: int) -> int:
-        self._writable()
-        with self._derived_lock, self._cursor() as con, transaction(con):
-            row = con.execute("SELECT count(*) FROM evaluation_outbox").fetchone()
+        def body(con: duckdb.DuckDBPyConnection) -> int:
+            row = con.execute(f"SELECT count(*) FROM {self._OWN_OUTBOX}", [self.replica]).fetchone()
             excess = (row[0] if row else 0) - max_events
             if excess <= 0:
                 return 0
             con.execute(
-                "DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM evaluation_outbox "
-                "ORDER BY created_at, event_id LIMIT ?)",
-                [excess],
+                "DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM "
+                f"{self._OWN_OUTBOX} ORDER BY created_at, event_id LIMIT ?)",
+                [self.replica, excess],
             )
-            return excess
+            return int(excess)
+
+        return self._write(body)
 
     def outbox_depth(self) -> int:
         with self._cursor() as con:
-            row = con.execute("SELECT count(*) FROM evaluation_outbox").fetchone()
+            row = con.execute(f"SELECT count(*) FROM {self._OWN_OUTBOX}", [self.replica]).fetchone()
         return int(row[0]) if row else 0
 
     # ---------------------------------------------------------------- alerts
@@ -423,8 +509,7 @@ class DuckDBStore(Store):
             return con.execute("SELECT * FROM alerts ORDER BY alert, service_name").to_arrow_table()
 
     def write_alerts(self, states: pa.Table, events: pa.Table, notifications: pa.Table) -> None:
-        self._writable()
-        with self._cursor() as con, transaction(con):
+        def body(con: duckdb.DuckDBPyConnection) -> None:
             if states.num_rows:
                 with _registered(con, "_states", states):
                     con.execute(
@@ -434,6 +519,8 @@ class DuckDBStore(Store):
             _insert(con, "alerts", states)
             _insert(con, "alert_events", events)
             _insert(con, "alert_notifications", notifications)
+
+        self._write(body, self._monitoring_lock)
 
     def pending_notifications(self) -> pa.Table:
         with self._cursor() as con:
@@ -451,22 +538,21 @@ class DuckDBStore(Store):
         next_attempt_at: datetime | None,
         error: str | None,
     ) -> None:
-        self._writable()
-        with self._cursor() as con:
-            con.execute(
+        self._write(
+            lambda con: con.execute(
                 "UPDATE alert_notifications SET attempts = ?, delivered_at = ?, next_attempt_at = ?, "
                 "last_error = ? WHERE event_id = ? AND webhook = ?",
                 [attempts, delivered_at, next_attempt_at, error, event_id, webhook],
-            )
+            ),
+            self._monitoring_lock,
+        )
 
     def read_canary_runs(self) -> pa.Table:
         with self._cursor() as con:
             return con.execute("SELECT * FROM canary_runs ORDER BY started_at, run_id").to_arrow_table()
 
     def write_canary_run(self, run: pa.Table) -> None:
-        self._writable()
-        with self._cursor() as con, transaction(con):
-            _insert(con, "canary_runs", run)
+        self._write(lambda con: _insert(con, "canary_runs", run), self._monitoring_lock)
 
     # ---------------------------------------------------------------- golden cases
 
@@ -477,10 +563,12 @@ class DuckDBStore(Store):
             ).to_arrow_table()
 
     def write_cases(self, cases: pa.Table) -> None:
-        self._writable()
-        with self._cursor() as con, transaction(con), _registered(con, "_cases", cases):
-            con.execute("DELETE FROM cases WHERE case_id IN (SELECT case_id FROM _cases)")
-            con.execute("INSERT INTO cases BY NAME SELECT * FROM _cases")
+        def body(con: duckdb.DuckDBPyConnection) -> None:
+            with _registered(con, "_cases", cases):
+                con.execute("DELETE FROM cases WHERE case_id IN (SELECT case_id FROM _cases)")
+                con.execute("INSERT INTO cases BY NAME SELECT * FROM _cases")
+
+        self._write(body, self._monitoring_lock)
 
     # ---------------------------------------------------------------- read-only SQL
 
@@ -532,20 +620,23 @@ class DuckDBStore(Store):
         return [r[0] for r in rows]
 
     def delete_traces(self, trace_ids: Sequence[str]) -> DeletedRows:
-        self._writable()
         ids = _ids_table(dict.fromkeys(trace_ids))
-        rows: dict[str, int] = {}
+
         # Under the derived-rows lock: assembly, judge results and outbox deletions update these rows
         # too, and two transactions deleting one row would fail one of them. Span appends only add
         # rows, so the span writer goes on meanwhile.
-        with self._derived_lock, self._cursor() as con, transaction(con), _registered(con, _IDS, ids):
-            where = f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
-            spans = con.execute(f"DELETE FROM spans {where} RETURNING trace_id").to_arrow_table()
-            rows["spans"] = spans.num_rows
-            for table in PER_TRACE_TABLES[1:]:
-                row = con.execute(f"DELETE FROM {table} {where}").fetchone()
-                rows[table] = int(row[0]) if row else 0
-        return DeletedRows(traces=pc.count_distinct(spans["trace_id"]).as_py(), rows=rows)
+        def body(con: duckdb.DuckDBPyConnection) -> DeletedRows:
+            rows: dict[str, int] = {}
+            with _registered(con, _IDS, ids):
+                where = f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
+                spans = con.execute(f"DELETE FROM spans {where} RETURNING trace_id").to_arrow_table()
+                rows["spans"] = spans.num_rows
+                for table in PER_TRACE_TABLES[1:]:
+                    row = con.execute(f"DELETE FROM {table} {where}").fetchone()
+                    rows[table] = int(row[0]) if row else 0
+            return DeletedRows(traces=pc.count_distinct(spans["trace_id"]).as_py(), rows=rows)
+
+        return self._write(body)
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -167,6 +167,11 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "monitoring: alerts, their events and notifications, and judge canary runs",
         create_tables(5, ALERTS, ALERT_EVENTS, ALERT_NOTIFICATIONS, CANARY_RUNS),
     ),
+    (
+        6,
+        "scale-out: the replica that assembled each trace and exports each evaluation event",
+        add_columns(TRACES, "replica") + "\n" + add_columns(EVALUATION_OUTBOX, "replica"),
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -127,7 +127,7 @@ class RetentionKeeper(BackgroundWorker):
     def _run(self) -> None:
         self._run_every(
             self._config.check_every,
-            self.run_once,
+            lambda: self._store.is_leader() and self.run_once(),  # one replica deletes for all
             log,
             "retention round failed; retrying at the next round",
             self._metrics.retention_errors.inc,

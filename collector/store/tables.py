@@ -177,6 +177,9 @@ TRACES = Table(
         # did not run (`throttled`, `over_budget`); null when the trace is not judge-sampled.
         ("judge_status", "VARCHAR", "", 4),
         ("scored_at", "TIMESTAMP", "", 4),
+        # The replica that assembled the trace and owns its judge work (`store.replica`, several
+        # replicas on one lake); null with the embedded store.
+        ("replica", "VARCHAR", "", 6),
     ),
 )
 
@@ -302,6 +305,7 @@ EVALUATION_OUTBOX = Table(
         ("evaluator", "VARCHAR", "", 4),
         ("revision", "INTEGER", "", 4),
         ("created_at", "TIMESTAMP", "", 4),
+        ("replica", "VARCHAR", "", 6),  # the replica that exports it (null: the embedded store)
     ),
 )
 

@@ -1,0 +1,465 @@
+"""The DuckLake backend (`store.backend: ducklake`): one lake that several replicas write.
+
+A DuckLake keeps its catalog in PostgreSQL and its rows as Parquet files under `store.data_path`.
+Every replica attaches the same lake and writes it through DuckDB, as the file backend writes its
+file: the SQL of `DuckDBStore` runs unchanged, with four differences:
+
+- **Conflicts are retried.** DuckLake commits optimistically: two transactions that insert into one
+  table both commit, but a delete or update conflicts with any other change to its table committed
+  meanwhile. Every write transaction is therefore run again, whole, when it loses such a race.
+- **Hot writes only append.** `score_aggregates` gets a row of partial sums per write instead of an
+  update in place (readers add rows up, as they always did); maintenance folds them now and then.
+- **Who assembles a trace is decided in the catalog.** The Collector's load-balancing exporter sends
+  all spans of a trace to one replica, but not while replicas come and go. Claims in PostgreSQL
+  make each set of spans assembled once (`LakeCoordinator`, docs/scale-out.md has the rule).
+- **Reading is separate.** SQL from users runs on a second DuckDB instance that attached the lake
+  read-only: DuckLake's own PostgreSQL connection then refuses writes too (a `postgres_execute`
+  in a SELECT included).
+
+Extensions are loaded from the `duckdb-extension-ducklake` and `duckdb-extension-postgres-scanner`
+wheels (`pip install 'ragpulse[ducklake]'`), by path: nothing is downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.sql import QueryResult, run_query
+from collector.store.base import DeletedRows, StorageSize, StoreError
+from collector.store.config import StoreConfig
+from collector.store.duckdb_store import DuckDBStore, migrate, schema_version
+from collector.store.migrations import MIGRATIONS
+from collector.store.tables import ALL_TABLES, SCORE_AGGREGATE_KEY
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+LAKE = "lake"  # the name the lake is attached under (and USE'd), so the tables keep their names
+CATALOG_DB = f"__ducklake_metadata_{LAKE}"  # DuckLake's own attachment of the PostgreSQL catalog
+
+# The extension wheels carry one build per DuckDB version: the module, and the extension's name.
+EXTENSIONS = (
+    ("duckdb_extension_postgres_scanner", "postgres_scanner"),
+    ("duckdb_extension_ducklake", "ducklake"),
+)
+
+MAX_ATTEMPTS = 30  # of a write transaction that keeps losing races to other replicas
+LEASE_SECONDS = 30.0  # a leader that stops renewing is replaced after this long
+
+
+def extension_path(module_name: str, extension: str) -> Path:
+    """The extension file shipped in a `duckdb-extension-*` wheel for the running DuckDB."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise StoreError(
+            f"store.backend: ducklake needs the {module_name.replace('_', '-')} package: "
+            "pip install 'ragpulse[ducklake]'"
+        ) from None
+    assert module.__file__ is not None
+    path = (
+        Path(module.__file__).parent
+        / "extensions"
+        / f"v{duckdb.__version__}"
+        / f"{extension}.duckdb_extension"
+    )
+    if not path.exists():
+        raise StoreError(
+            f"{module_name.replace('_', '-')} has no build for DuckDB {duckdb.__version__} ({path}); "
+            "install the version of the extension that matches duckdb"
+        )
+    return path
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def open_lake(config: StoreConfig, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A DuckDB instance with the lake attached (read-only when asked) and in use, and external
+    access then switched off: only the lake's data directory stays reachable."""
+    assert config.catalog and config.data_path
+    settings: dict[str, Any] = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    if config.memory_limit:
+        settings["memory_limit"] = config.memory_limit
+    if config.threads:
+        settings["threads"] = config.threads
+    if not read_only and "://" not in config.data_path:
+        Path(config.data_path).mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(":memory:", config=settings)
+    try:
+        for module_name, extension in EXTENSIONS:
+            con.execute(f"LOAD {_quote(str(extension_path(module_name, extension)))}")
+        options = f"DATA_PATH {_quote(config.data_path)}" + (", READ_ONLY" if read_only else "")
+        con.execute(f"ATTACH {_quote('ducklake:' + config.catalog)} AS {LAKE} ({options})")
+        con.execute(f"USE {LAKE}")
+        data_dir = config.data_path if config.data_path.endswith("/") else config.data_path + "/"
+        con.execute(f"SET allowed_directories = [{_quote(data_dir)}]")
+        con.execute("SET enable_external_access = false")
+    except duckdb.Error as exc:
+        con.close()
+        first_line = str(exc).strip().splitlines()[0][:300]
+        raise StoreError(f"cannot open the lake (store.catalog, store.data_path): {first_line}") from None
+    return con
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether a failed commit lost a race to another writer (worth running again): DuckLake's
+    conflicts, and PostgreSQL's serialization failures (the catalog runs REPEATABLE READ)."""
+    text = str(exc)
+    return isinstance(exc, duckdb.Error) and (
+        "Transaction conflict" in text or "could not serialize access" in text
+    )
+
+
+def retry_conflicts(attempt: Callable[[], _T], what: str = "write") -> _T:
+    """`attempt()`, run again (after a short random pause, growing) while it loses commit races."""
+    for number in range(1, MAX_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except duckdb.Error as exc:
+            if not is_conflict(exc) or number == MAX_ATTEMPTS:
+                raise
+            log.debug("lake %s lost a commit race (attempt %d); running it again", what, number)
+            time.sleep(random.uniform(0.005, 0.02) * min(2**number, 50))
+    raise AssertionError("unreachable")
+
+
+def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
+    """A new lake gets every table at the latest schema at once (DuckLake has no PRIMARY KEY: the one
+    key, `cases.case_id`, is kept by `write_cases`); an existing one runs the migrations it lacks."""
+    if schema_version(con):
+        migrate(con)
+        return
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            "CREATE TABLE ragpulse_schema (version INTEGER, description VARCHAR, applied_at TIMESTAMP)"
+        )
+        for table in ALL_TABLES:
+            con.execute(table.create_sql().replace("PRIMARY KEY", "NOT NULL"))
+        for version, description, _ in MIGRATIONS:
+            con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+class LakeCoordinator:
+    """What replicas agree on through the catalog's PostgreSQL: who assembles which trace, and who
+    leads. Three small tables there (not in the lake: they need keys and atomic upserts):
+
+    - `ragpulse_trace_spans`: spans of each trace each replica received, as it assembles them;
+    - `ragpulse_trace_claims`: for each trace, the replica that assembled it last, with how many
+      spans, and how many assemblies there were (the revision);
+    - `ragpulse_leases`: the leader, until its lease runs out.
+
+    SQL travels through DuckDB's postgres extension on DuckLake's own connection to the catalog.
+    Trace ids are hex (the decoder makes them so) and replica names are checked by the config, so
+    the statements are built from known-safe text."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, replica: str) -> None:
+        self._con = con
+        self.replica = replica
+        self._lock = threading.Lock()
+        self._leader_until = 0.0
+        retry_conflicts(self._create_tables, "catalog setup")
+
+    def _execute(self, sql: str) -> None:
+        """One statement in a transaction of its own, run again when another replica's got there
+        first (PostgreSQL refuses an upsert of a row updated meanwhile under REPEATABLE READ)."""
+
+        def attempt() -> None:
+            with self._lock:
+                cursor = self._con.cursor()
+                try:
+                    cursor.execute(f"CALL postgres_execute({_quote(CATALOG_DB)}, ?)", [sql])
+                finally:
+                    cursor.close()
+
+        retry_conflicts(attempt, "catalog update")
+
+    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+        with self._lock:
+            cursor = self._con.cursor()
+            try:
+                return cursor.execute(
+                    f"SELECT * FROM postgres_query({_quote(CATALOG_DB)}, ?)", [sql]
+                ).fetchall()
+            finally:
+                cursor.close()
+
+    def _create_tables(self) -> None:
+        try:
+            self._execute(
+                "CREATE TABLE IF NOT EXISTS ragpulse_trace_spans (trace_id text NOT NULL, "
+                "replica text NOT NULL, spans bigint NOT NULL, PRIMARY KEY (trace_id, replica));"
+                "CREATE TABLE IF NOT EXISTS ragpulse_trace_claims (trace_id text PRIMARY KEY, "
+                "replica text NOT NULL, spans bigint NOT NULL, revision integer NOT NULL, "
+                "token text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now());"
+                "CREATE TABLE IF NOT EXISTS ragpulse_leases (name text PRIMARY KEY, holder text NOT NULL, "
+                "expires_at timestamptz NOT NULL)"
+            )
+        except duckdb.Error as exc:
+            # Two replicas creating the tables at once: one loses on PostgreSQL's catalog keys.
+            if "duplicate key" in str(exc) or "already exists" in str(exc):
+                raise duckdb.TransactionException(
+                    "Transaction conflict: catalog tables created meanwhile"
+                ) from exc
+            raise
+
+    @staticmethod
+    def _ids(trace_ids: Iterable[str]) -> str:
+        ids = list(trace_ids)
+        for trace_id in ids:
+            if not trace_id.isalnum():
+                raise ValueError(f"not a trace id: {trace_id!r}")
+        return ", ".join(f"'{t}'" for t in ids)
+
+    def register(self, arrived: Mapping[str, int]) -> None:
+        """Add spans of these traces received by this replica."""
+        if not arrived:
+            return
+        self._ids(arrived)
+        rows = ", ".join(f"('{t}', '{self.replica}', {int(n)})" for t, n in arrived.items())
+        self._execute(
+            f"INSERT INTO ragpulse_trace_spans VALUES {rows} ON CONFLICT (trace_id, replica) "
+            "DO UPDATE SET spans = ragpulse_trace_spans.spans + excluded.spans"
+        )
+
+    def elsewhere(self, trace_ids: Sequence[str]) -> set[str]:
+        """Those of these traces of which another replica registered spans."""
+        ids = self._ids(trace_ids)
+        if not ids:
+            return set()
+        found = self._query(
+            f"SELECT DISTINCT trace_id FROM ragpulse_trace_spans WHERE trace_id IN ({ids}) "
+            f"AND replica <> '{self.replica}'"
+        )
+        return {row[0] for row in found}
+
+    def claim(self, span_counts: Mapping[str, int]) -> dict[str, int]:
+        """Claim each trace for an assembly with this many spans: won when no replica assembled it
+        yet or the last assembly had fewer spans. Returns the won traces with their revision."""
+        if not span_counts:
+            return {}
+        self._ids(span_counts)
+        token = uuid.uuid4().hex
+        rows = ", ".join(f"('{t}', '{self.replica}', {int(n)}, 1, '{token}')" for t, n in span_counts.items())
+        self._execute(
+            "INSERT INTO ragpulse_trace_claims (trace_id, replica, spans, revision, token) "
+            f"VALUES {rows} ON CONFLICT (trace_id) DO UPDATE SET replica = excluded.replica, "
+            "spans = excluded.spans, revision = ragpulse_trace_claims.revision + 1, token = excluded.token, "
+            "claimed_at = now() WHERE ragpulse_trace_claims.spans < excluded.spans"
+        )
+        won = self._query(f"SELECT trace_id, revision FROM ragpulse_trace_claims WHERE token = '{token}'")
+        return {trace_id: int(revision) for trace_id, revision in won}
+
+    def revisions(self, trace_ids: Iterable[str]) -> dict[str, int]:
+        """How often each of these traces was assembled (by any replica)."""
+        ids = self._ids(trace_ids)
+        if not ids:
+            return {}
+        rows = self._query(f"SELECT trace_id, revision FROM ragpulse_trace_claims WHERE trace_id IN ({ids})")
+        return {trace_id: int(revision) for trace_id, revision in rows}
+
+    def forget(self, trace_ids: Sequence[str]) -> None:
+        """Deleted traces: their claims and span counts go too."""
+        for start in range(0, len(trace_ids), 1000):
+            ids = self._ids(trace_ids[start : start + 1000])
+            if ids:
+                self._execute(
+                    f"DELETE FROM ragpulse_trace_spans WHERE trace_id IN ({ids});"
+                    f"DELETE FROM ragpulse_trace_claims WHERE trace_id IN ({ids})"
+                )
+
+    def is_leader(self) -> bool:
+        """Take or renew the lease; True while this replica holds it (checked every third of it)."""
+        now = time.monotonic()
+        if now < self._leader_until - 2 * LEASE_SECONDS / 3:
+            return True
+        self._execute(
+            f"INSERT INTO ragpulse_leases VALUES ('leader', '{self.replica}', "
+            f"now() + interval '{LEASE_SECONDS} seconds') "
+            "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
+            "WHERE ragpulse_leases.holder = excluded.holder OR ragpulse_leases.expires_at < now()"
+        )
+        rows = self._query("SELECT holder FROM ragpulse_leases WHERE name = 'leader'")
+        leads = bool(rows) and rows[0][0] == self.replica
+        self._leader_until = now + LEASE_SECONDS if leads else 0.0
+        return leads
+
+
+class DuckLakeStore(DuckDBStore):
+    """The lake: `DuckDBStore`'s SQL on a DuckLake, with conflicts retried, appended aggregates,
+    claims for assembly and a read-only instance for users' SQL."""
+
+    aggregates_in_place = False
+    shared = True
+
+    def __init__(self, config: StoreConfig, read_only: bool = False) -> None:
+        self.config = config
+        self._reader: duckdb.DuckDBPyConnection | None = None
+        self._reader_lock = threading.Lock()
+        super().__init__(config.data_path or "", config, read_only=read_only)
+        self.coordinator: LakeCoordinator | None = None
+        if not read_only:
+            self.replica = config.replica_name
+            try:
+                self.coordinator = LakeCoordinator(self._con, self.replica)
+            except Exception:
+                self._con.close()
+                raise
+
+    def _connect(self, config: StoreConfig | None, read_only: bool) -> duckdb.DuckDBPyConnection:
+        assert config is not None
+        return open_lake(config, read_only)
+
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with super()._cursor() as cursor:
+            cursor.execute(f"USE {LAKE}")  # a cursor starts in the in-memory database
+            yield cursor
+
+    def _migrate(self) -> None:
+        retry_conflicts(lambda: migrate_lake(self._con), "schema setup")
+
+    def _retrying(self, attempt: Callable[[], _T]) -> _T:
+        return retry_conflicts(attempt)
+
+    # ---------------------------------------------------------------- several replicas
+
+    def append_spans(self, spans: pa.Table, events: pa.Table) -> None:
+        if self.coordinator is not None and spans.num_rows:
+            # Before the commit (so before the export is acknowledged): a replica that assembles
+            # one of these traces then knows to read these spans back. Registered but not committed
+            # (the commit fails) costs that replica a read back, nothing more.
+            counts = pc.value_counts(spans["trace_id"])
+            self.coordinator.register(
+                dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
+            )
+        super().append_spans(spans, events)
+
+    def traces_elsewhere(self, trace_ids: Sequence[str]) -> set[str]:
+        assert self.coordinator is not None
+        return self.coordinator.elsewhere(trace_ids)
+
+    def claim_traces(self, span_counts: Mapping[str, int]) -> dict[str, int | None]:
+        assert self.coordinator is not None
+        return dict(self.coordinator.claim(span_counts))
+
+    def assembly_counts(self, trace_ids: Iterable[str]) -> dict[str, int]:
+        # The claims know every replica's assemblies, by key: no scan of the lake's traces.
+        if self.coordinator is None:
+            return super().assembly_counts(trace_ids)
+        return self.coordinator.revisions(trace_ids)
+
+    def is_leader(self) -> bool:
+        return self.coordinator is not None and self.coordinator.is_leader()
+
+    def maintain(self) -> None:
+        """Fold aggregate rows, merge small Parquet files, expire old snapshots and delete the files
+        nothing refers to any more. Each step is its own transaction, retried on conflicts."""
+        if self.read_only:
+            return
+        retry_conflicts(self._fold_aggregates, "aggregate folding")
+        for step in (
+            f"CALL ducklake_flush_inlined_data('{LAKE}')",
+            f"CALL ducklake_merge_adjacent_files('{LAKE}')",
+            f"CALL ducklake_expire_snapshots('{LAKE}', older_than => now() - INTERVAL 1 HOUR)",
+            f"CALL ducklake_cleanup_old_files('{LAKE}', older_than => now() - INTERVAL 1 HOUR)",
+        ):
+            retry_conflicts(lambda step=step: self._maintenance_step(step), "maintenance")  # type: ignore[misc]
+
+    def _maintenance_step(self, sql: str) -> None:
+        with self._cursor() as con:
+            con.execute(sql)
+
+    def _fold_aggregates(self) -> int:
+        """Partial aggregate rows of a key become one row; returns how many rows went."""
+        key = ", ".join(SCORE_AGGREGATE_KEY)
+
+        def body(con: duckdb.DuckDBPyConnection) -> int:
+            folded = con.execute(
+                f"SELECT {key}, sum(n) AS n, sum(n_pass) AS n_pass, sum(n_fail) AS n_fail, "
+                "sum(n_error) AS n_error, sum(n_skipped) AS n_skipped, sum(sum) AS sum, "
+                "sum(sum_sq) AS sum_sq, "
+                "min(min) AS min, max(max) AS max, max(updated_at) AS updated_at, count(*) AS parts "
+                f"FROM score_aggregates GROUP BY ALL HAVING count(*) > 1"
+            ).to_arrow_table()
+            if not folded.num_rows:
+                return 0
+            con.register("_folded", folded)
+            try:
+                match = " AND ".join(f"a.{k} IS NOT DISTINCT FROM f.{k}" for k in SCORE_AGGREGATE_KEY)
+                con.execute(
+                    f"DELETE FROM score_aggregates a WHERE EXISTS (SELECT 1 FROM _folded f WHERE {match})"
+                )
+                con.execute("INSERT INTO score_aggregates BY NAME SELECT * EXCLUDE (parts) FROM _folded")
+            finally:
+                con.unregister("_folded")
+            return int(pc.sum(folded["parts"]).as_py()) - folded.num_rows
+
+        return self._write(body)
+
+    # ---------------------------------------------------------------- read-only SQL
+
+    def query(self, sql: str, max_rows: int, timeout: float) -> QueryResult:
+        if self.read_only:
+            return super().query(sql, max_rows, timeout)
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = open_lake(self.config, read_only=True)
+            reader = self._reader
+        cursor = reader.cursor()
+        try:
+            cursor.execute(f"USE {LAKE}")
+            return run_query(cursor, sql, max_rows, timeout)
+        finally:
+            cursor.close()
+
+    # ---------------------------------------------------------------- retention
+
+    def storage_size(self) -> StorageSize:
+        with self._cursor() as con:
+            row = con.execute(
+                "SELECT coalesce(sum(file_size_bytes + delete_file_size_bytes), 0) "
+                f"FROM ducklake_table_info('{LAKE}')"
+            ).fetchone()
+        return StorageSize(file_bytes=int(row[0]) if row else 0, wal_bytes=0, free_bytes=0)
+
+    def delete_traces(self, trace_ids: Sequence[str]) -> DeletedRows:
+        deleted = super().delete_traces(trace_ids)
+        if self.coordinator is not None:
+            self.coordinator.forget(list(dict.fromkeys(trace_ids)))
+        return deleted
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def checkpoint(self) -> None:
+        # Deleted rows live on as delete files until their data files are rewritten: merging
+        # and cleaning up is what frees their space.
+        self.maintain()
+
+    def close(self) -> None:
+        with self._write_lock:
+            try:
+                self._con.close()
+            finally:
+                if self._reader is not None:
+                    self._reader.close()

@@ -1,0 +1,108 @@
+"""A real PostgreSQL server for the lake tests: Debian's `postgresql` package (`.ci/run` installs
+it), a cluster made by `initdb` in a temporary directory, listening on a free loopback port.
+
+PostgreSQL refuses to run as root: under root (CI) the server runs as the `postgres` user the
+package creates, in a directory handed to it."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.helpers import free_port, wait_for
+
+
+def _bin_dir() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        raise RuntimeError(
+            "PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin): "
+            "apt-get install postgresql (.ci/run does)"
+        )
+    return Path(found[-1]).parent
+
+
+class PostgresServer:
+    """`start()` a throwaway cluster, `create_database(name)` per test, `stop()` removes it all."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.bin = _bin_dir()
+        self.root = Path(tempfile.mkdtemp(prefix="ragpulse-pg-"))
+        self.data = self.root / "data"
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+            self._as_user = ["runuser", "-u", "postgres", "--"]
+
+    def _run(self, *command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self._as_user, *command], check=True, capture_output=True, text=True, cwd=self.root
+        )
+
+    def start(self) -> PostgresServer:
+        self._run(
+            str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8"
+        )
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        )
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.root / "log"),
+            "start",
+        )
+        wait_for(self._ready, timeout=30, what="PostgreSQL to accept connections")
+        return self
+
+    def _ready(self) -> bool:
+        done = subprocess.run(
+            [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)], capture_output=True
+        )
+        return done.returncode == 0
+
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        """Run SQL with psql as the superuser; returns its unaligned output."""
+        done = subprocess.run(
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                database,
+                "-At",
+                "-c",
+                sql,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout.strip()
+
+    def create_database(self, name: str) -> str:
+        """A new, empty database; returns the DuckLake catalog string for it."""
+        self.psql(f'CREATE DATABASE "{name}"')
+        return self.catalog(name)
+
+    def catalog(self, name: str) -> str:
+        return f"postgres:dbname={name} host=127.0.0.1 port={self.port} user=postgres"
+
+    def stop(self) -> None:
+        try:
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)

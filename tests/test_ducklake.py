@@ -1,0 +1,484 @@
+"""Several replicas on one DuckLake: a real PostgreSQL catalog (started here), Parquet files in a
+temporary directory, `ragpulse serve` processes as the replicas, the real OpenTelemetry SDK as the
+app, and a router that splits exports by trace id exactly as the Collector's load-balancing
+exporter does (tests/router.py, checked against the Collector's own test vectors)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pyarrow as pa
+import pytest
+import yaml
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from collector.service import BackgroundService
+from collector.sql import QueryError
+from collector.store import open_store
+from collector.store.config import StoreConfig
+from collector.store.ducklake_store import DuckLakeStore, LakeCoordinator
+from collector.store.tables import DOCUMENTS, SCORE_AGGREGATES, SCORES, STEPS, TRACES
+from semconv import emit
+from tests.helpers import (
+    DEFAULT_SCORE_NAMES,
+    RAGPULSE,
+    clean_env,
+    fast_assembler,
+    free_port,
+    key_values,
+    make_config,
+    metric,
+    run_ragpulse,
+    sql,
+    stop_process,
+    trace_request,
+    wait_for,
+)
+from tests.postgres import PostgresServer
+from tests.router import HashRing, TraceRouter
+
+EMPTY_TRACES, EMPTY_STEPS, EMPTY_DOCUMENTS = (t.arrow_table({}, 0) for t in (TRACES, STEPS, DOCUMENTS))
+QUESTION = "How long do I have to return an item?"
+POLICY = "Items can be returned within 30 days of delivery for a full refund."
+ANSWER = "Items can be returned within 30 days of delivery for a full refund."
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def lake(postgres: PostgresServer, tmp_path: Path) -> dict[str, Any]:
+    """The `store:` section of a new lake: a database of its own, a data directory of its own."""
+    catalog = postgres.create_database(f"lake_{uuid.uuid4().hex[:10]}")
+    return {"backend": "ducklake", "catalog": catalog, "data_path": f"{tmp_path}/lake/"}
+
+
+def lake_store(lake: dict[str, Any], replica: str, read_only: bool = False) -> DuckLakeStore:
+    store = open_store(StoreConfig.model_validate({**lake, "replica": replica}), read_only=read_only)
+    assert isinstance(store, DuckLakeStore)
+    return store
+
+
+def send_trace(provider: TracerProvider, before_root_ends: Callable[[], None] = lambda: None) -> str:
+    """One RAG request in the ragpulse convention (3 spans); `before_root_ends` runs once the two
+    children were exported and before the root is. Returns the trace id (hex)."""
+    tracer = provider.get_tracer("test-app")
+    with emit.request(tracer, QUESTION) as request:
+        with emit.retrieval(tracer, QUESTION, data_source="kb", top_k=1) as step:
+            step.documents([{"id": "returns-policy", "score": 0.9, "content": POLICY}])
+        with emit.chat(tracer, model="gpt-test", provider="openai") as chat:
+            chat.messages([{"role": "user", "content": QUESTION}])
+            chat.output(ANSWER, input_tokens=50, output_tokens=12)
+        request.answer(ANSWER)
+        trace_id = format(request.span.get_span_context().trace_id, "032x")
+        before_root_ends()
+    return trace_id
+
+
+def grpc_provider(port: int) -> TracerProvider:
+    provider = TracerProvider(resource=Resource.create({"service.name": "shop-bot"}))
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True, timeout=20)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider
+
+
+class Replica:
+    """`ragpulse serve` on the lake, as replica `name`, on ports of its own."""
+
+    def __init__(self, name: str, lake: dict[str, Any], workdir: Path, **assembler: Any) -> None:
+        self.name = name
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        self.config = workdir / f"{name}.yaml"
+        self.log = workdir / f"{name}.log"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "receivers": {
+                        "host": "127.0.0.1",
+                        "grpc_port": self.grpc_port,
+                        "http_port": self.http_port,
+                    },
+                    "store": {**lake, "replica": name},
+                    "assembler": {**fast_assembler(decision_wait=0.5, max_wait=3), "workers": 0, **assembler},
+                }
+            )
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self) -> Replica:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [str(RAGPULSE), "serve", "--config", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.config.parent,
+                env=clean_env(PYTHONUNBUFFERED="1"),
+            )
+        wait_for(self._ready, timeout=60, what=f"replica {self.name} to answer /healthz")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            pytest.fail(f"replica {self.name} exited with {self.proc.returncode}:\n{self.log.read_text()}")
+        try:
+            return httpx.get(f"{self.http_url}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+
+
+# ------------------------------------------------------------------------------ the router
+
+
+def test_the_router_hashes_trace_ids_as_the_collectors_loadbalancing_exporter() -> None:
+    # The Collector's own test vectors (consistent_hashing_test.go): ring positions and owners.
+    assert HashRing(["endpoint-1"], weight=5).items == [
+        (1401, "endpoint-1"),
+        (4175, "endpoint-1"),
+        (14133, "endpoint-1"),
+        (17836, "endpoint-1"),
+        (21667, "endpoint-1"),
+    ]
+    assert [p for p, _ in HashRing(["endpoint-1", "endpoint-2"], weight=5).items] == [
+        1401, 4175, 10240, 14133, 15002, 17836, 21263, 21667, 26806, 27020
+    ]  # fmt: skip
+    ring = HashRing(["endpoint-1", "endpoint-2"])
+    assert len(ring.items) == 200
+    owners = [ring.endpoint_for(i) for i in (bytes([1, 2, 0, 0]), bytes([128, 128, 0, 0]), b"ad-service-7")]
+    assert owners == ["endpoint-1", "endpoint-2", "endpoint-1"]
+    assert ring.endpoint_for(b"get-recommendations-1") == "endpoint-2"
+    # Consistent: adding a replica moves traces only onto the new one.
+    ids = [uuid.uuid4().bytes for _ in range(2000)]
+    before, after = HashRing(["a", "b"]), HashRing(["a", "b", "c"])
+    moved = [i for i in ids if before.endpoint_for(i) != after.endpoint_for(i)]
+    assert moved and all(after.endpoint_for(i) == "c" for i in moved)
+
+
+# ------------------------------------------------------------------------------ the store
+
+
+def test_a_new_lake_has_every_table_and_the_sql_surface_stays_read_only(lake: dict[str, Any]) -> None:
+    with lake_store(lake, "r1") as store:
+        tables = store.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'lake'", 100, 10
+        )
+        versions = store.query("SELECT max(version) FROM ragpulse_schema", 1, 10).rows
+        refused = []
+        for statement in (
+            # DuckLake's own connection to PostgreSQL is read-only for the SQL surface.
+            "SELECT * FROM postgres_execute('__ducklake_metadata_lake', 'CREATE TABLE stolen (a int)')",
+            "SELECT * FROM read_csv('/etc/passwd')",
+            "INSERT INTO spans (trace_id, span_id) VALUES ('a', 'b')",
+        ):
+            with pytest.raises(QueryError) as error:
+                store.query(statement, 10, 10)
+            refused.append(str(error.value))
+    assert {"spans", "traces", "scores", "score_aggregates", "evaluation_outbox", "cases"} <= {
+        row[0] for row in tables.rows
+    }
+    from collector.store.migrations import LATEST_VERSION
+
+    assert versions == [(LATEST_VERSION,)]
+    assert "read-only" in refused[0].lower() or "read only" in refused[0].lower()
+    assert "disabled" in refused[1]
+    assert "only read-only queries" in refused[2]
+
+
+def test_claims_give_each_set_of_spans_to_one_replica(lake: dict[str, Any]) -> None:
+    with lake_store(lake, "r1") as one, lake_store(lake, "r2") as two:
+        assert one.coordinator is not None and two.coordinator is not None
+        one.coordinator.register({"aa01": 2, "dd04": 1})
+        assert two.traces_elsewhere(["aa01", "dd04", "ee05"]) == {"aa01", "dd04"}
+        two.coordinator.register({"aa01": 1})
+        assert one.traces_elsewhere(["aa01", "dd04"]) == {"aa01"}  # r2 holds spans of it too
+        first = one.claim_traces({"aa01": 3, "bb02": 1})
+        same = two.claim_traces({"aa01": 3})  # the same spans: assembled already
+        more = two.claim_traces({"aa01": 4})  # a late span: a second revision
+        fewer = one.claim_traces({"aa01": 3})
+        counts = one.assembly_counts(["aa01", "bb02", "cc03"])
+    assert first == {"aa01": 1, "bb02": 1}
+    assert same == {}
+    assert more == {"aa01": 2}
+    assert fewer == {}
+    assert counts == {"aa01": 2, "bb02": 1}
+
+
+def test_one_replica_leads_until_its_lease_runs_out(lake: dict[str, Any]) -> None:
+    with lake_store(lake, "r1") as one, lake_store(lake, "r2") as two:
+        assert one.is_leader()
+        assert not two.is_leader()
+        assert one.coordinator is not None and two.coordinator is not None
+        # r1 stops renewing; once its lease has run out in the catalog, r2 takes over.
+        one.coordinator._execute("UPDATE ragpulse_leases SET expires_at = now() - interval '1 second'")
+        assert two.is_leader()
+        one.coordinator._leader_until = 0.0  # its cached lease is gone too
+        assert not one.is_leader()
+
+
+def _score_rows(names: list[str], service: str) -> tuple[pa.Table, pa.Table]:
+    """Score rows (one trace per name) and an empty table."""
+    n = len(names)
+    scores = SCORES.arrow_table(
+        {
+            "trace_id": [uuid.uuid4().hex for _ in range(n)],
+            "span_id": ["00f067aa0ba902b7"] * n,
+            "name": names,
+            "value": [1.0] * n,
+            "status": ["pass"] * n,
+            "service_name": [service] * n,
+            "bucket": [datetime(2026, 12, 4, 12, 0)] * n,
+            "evaluator": names,
+            "revision": [1] * n,
+        },
+        n,
+    )
+    return scores, pa.table({})
+
+
+def test_concurrent_writers_keep_aggregates_exact_and_maintenance_folds_them(lake: dict[str, Any]) -> None:
+    from collector.store.trace_rows import TraceTables
+
+    writes_per_replica, errors = 15, []
+
+    def write(store: DuckLakeStore) -> None:
+        try:
+            for _ in range(writes_per_replica):
+                scores, _ = _score_rows(["faithfulness", "citation"], "shop-bot")
+                store.write_traces(
+                    TraceTables(EMPTY_TRACES, EMPTY_STEPS, EMPTY_DOCUMENTS, scores=scores), replace=[]
+                )
+        except Exception as exc:  # collected: a thread's failure must fail the test
+            errors.append(exc)
+
+    with lake_store(lake, "r1") as one, lake_store(lake, "r2") as two:
+        threads = [threading.Thread(target=write, args=(s,)) for s in (one, two)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        parts = one.query("SELECT count(*) FROM score_aggregates", 1, 10).rows[0][0]
+        one.maintain()
+        summed = one.query(
+            "SELECT name, sum(n), sum(n_pass), sum(sum), count(*) FROM score_aggregates "
+            "GROUP BY name ORDER BY name",
+            10,
+            10,
+        ).rows
+        files = one.query("SELECT sum(file_count) FROM ducklake_table_info('lake')", 1, 10).rows
+    assert not errors
+    total = 2 * writes_per_replica
+    assert parts == 2 * total  # a row of partial sums per write and name
+    assert summed == [
+        ("citation", total, total, float(total), 1),
+        ("faithfulness", total, total, float(total), 1),
+    ]
+    assert files and files[0][0] is not None
+    assert set(SCORE_AGGREGATES.column_names) >= {"n", "n_pass", "sum"}
+
+
+# ------------------------------------------------------------------------------ one replica, any reader
+
+
+def test_a_service_on_the_lake_scores_traces_and_another_process_reads_them(
+    lake: dict[str, Any], tmp_path: Path
+) -> None:
+    config = make_config(tmp_path, store={**lake, "replica": "solo"}, assembler=fast_assembler())
+    with BackgroundService(config) as service:
+        provider = grpc_provider(service.grpc_port)
+        trace_ids = [send_trace(provider) for _ in range(5)]
+        provider.shutdown()
+        wait_for(
+            lambda: sql(service, "SELECT count(*) AS n FROM scores")[0]["n"],
+            lambda n: n == 5 * len(DEFAULT_SCORE_NAMES),
+            timeout=60,
+            what="the scores of 5 traces",
+        )
+        assert metric(service, "ragpulse_traces_assembled_total", reason="complete") == 5
+        (config_file := tmp_path / "reader.yaml").write_text(yaml.safe_dump({"store": lake}))
+        # While the service runs: any process reads the lake (no lock, no server in between).
+        done = run_ragpulse(
+            "sql", "--config", str(config_file), "--format", "json",
+            "SELECT trace_id, replica, span_count FROM traces ORDER BY trace_id",
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["trace_id"] for r in rows] == sorted(trace_ids)
+    assert {r["replica"] for r in rows} == {"solo"} and {r["span_count"] for r in rows} == {3}
+
+
+# ------------------------------------------------------------------------------ two replicas
+
+
+def test_two_replicas_assemble_and_score_every_trace_once_through_a_resize(
+    lake: dict[str, Any], tmp_path: Path
+) -> None:
+    replicas = {name: Replica(name, lake, tmp_path) for name in ("r1", "r2")}
+    for replica in replicas.values():
+        replica.start()
+    router = TraceRouter({"r1": replicas["r1"].address}).start()
+    one = {"r1": replicas["r1"].address}
+    both = {name: r.address for name, r in replicas.items()}
+    try:
+        provider = grpc_provider(router.port)
+        steady = [send_trace(provider) for _ in range(10)]
+        router.set_endpoints(both)  # a replica joins
+        steady += [send_trace(provider) for _ in range(10)]
+        # Routing flaps while traces are in flight: the children of each trace go out under one
+        # ring, the root under the other, so every trace whose owner differs is split.
+        flapping = []
+        for _ in range(16):
+            router.set_endpoints(one)
+            flapping.append(send_trace(provider, before_root_ends=lambda: router.set_endpoints(both)))
+        provider.shutdown()
+        split = [t for t in flapping if HashRing(["r1"]).endpoint_for(bytes.fromhex(t)) != HashRing(
+            ["r1", "r2"]).endpoint_for(bytes.fromhex(t))]  # fmt: skip
+        everything = steady + flapping
+        names = len(DEFAULT_SCORE_NAMES)
+        r1 = replicas["r1"]
+        wait_for(
+            lambda: sql(r1, "SELECT count(*) AS n FROM scores")[0]["n"],
+            lambda n: n >= len(everything) * names,
+            timeout=90,
+            what="scores of every trace",
+        )
+        (reader := tmp_path / "reader.yaml").write_text(yaml.safe_dump({"store": lake}))
+        done = run_ragpulse(
+            "sql", "--config", str(reader), "--format", "json",
+            "SELECT t.trace_id, t.replica, t.span_count, t.assembly_count, "
+            "(SELECT count(*) FROM scores s WHERE s.trace_id = t.trace_id) AS scores, "
+            "(SELECT count(DISTINCT name) FROM scores s WHERE s.trace_id = t.trace_id) AS names, "
+            "(SELECT count(*) FROM span_events e "
+            "WHERE e.trace_id = t.trace_id AND e.source = 'ragpulse') AS events "
+            "FROM traces t ORDER BY t.trace_id",
+            cwd=tmp_path,
+        )  # fmt: skip
+        # Each split trace became ready at both replicas: one assembled it, the other found it
+        # claimed with the same spans (r1 holds the children only, so it waits until max_wait).
+        claimed_elsewhere = wait_for(
+            lambda: sum(metric(r, "ragpulse_traces_claimed_elsewhere_total") for r in replicas.values()),
+            lambda n: n >= len(split),
+            timeout=30,
+            what="the other half of every split trace to be set aside",
+        )
+        aggregate = sql(r1, "SELECT sum(n) AS n FROM score_aggregates WHERE name = 'faithfulness'")
+    finally:
+        router.stop()
+        for replica in replicas.values():
+            replica.stop()
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert split, "the flapping ring split no trace: the test proves nothing"
+    assert sorted(r["trace_id"] for r in rows) == sorted(everything)  # one row per trace
+    assert all(r["span_count"] == 3 for r in rows), [r for r in rows if r["span_count"] != 3]
+    assert all(r["scores"] == names and r["names"] == names and r["events"] == names for r in rows)
+    # Exactly once: no trace, split or not, was assembled twice.
+    assert {r["assembly_count"] for r in rows} == {1}
+    assert {r["replica"] for r in rows} == {"r1", "r2"}
+    assert claimed_elsewhere == len(split)
+    assert aggregate == [{"n": len(everything)}]
+
+
+def test_sigkill_of_a_replica_loses_no_acknowledged_span(lake: dict[str, Any], tmp_path: Path) -> None:
+    replica = Replica("r1", lake, tmp_path).start()
+    acked: list[str] = []
+    stop = threading.Event()
+    counter = itertools.count(1)
+
+    def send() -> None:
+        channel = grpc.insecure_channel(replica.address)
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        while not stop.is_set():
+            trace_id = f"{next(counter):032x}"
+            spans = [
+                Span(trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex(f"{i + 1:016x}"), name="op",
+                     start_time_unix_nano=1, end_time_unix_nano=2, attributes=key_values({"n": i}))
+                for i in range(50)
+            ]  # fmt: skip
+            try:
+                stub.Export(trace_request(spans, "shop-bot", "kill-test"), timeout=10)
+            except grpc.RpcError:
+                break  # the replica is gone
+            acked.append(trace_id)
+        channel.close()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    wait_for(lambda: len(acked), lambda n: n >= 20, timeout=60, what="acknowledged exports")
+    assert replica.proc is not None
+    replica.proc.kill()
+    replica.proc.wait(10)
+    stop.set()
+    sender.join(30)
+    with lake_store(lake, "reader", read_only=True) as store:
+        stored = store.query("SELECT trace_id, count(*) FROM spans GROUP BY trace_id", 100_000, 30).rows
+    counts = dict(stored)
+    missing = [t for t in acked if counts.get(t) != 50]
+    assert acked and not missing, f"{len(missing)} acknowledged exports not (fully) in the lake"
+    # The replica comes back on the same lake and assembles what it had not.
+    replica.start()
+    wait_for(
+        lambda: sql(replica, "SELECT count(*) AS n FROM traces")[0]["n"],
+        lambda n: n >= len(acked),
+        timeout=90,
+        what="recovery of the acknowledged traces",
+    )
+    replica.stop()
+
+
+def test_two_replica_coordinators_agree_under_races(lake: dict[str, Any]) -> None:
+    # Many claims of the same traces at once from two replicas: each trace is won exactly once.
+    with lake_store(lake, "r1") as one, lake_store(lake, "r2") as two:
+        assert isinstance(one.coordinator, LakeCoordinator)
+        ids = [uuid.uuid4().hex for _ in range(200)]
+        won: dict[str, list[str]] = {"r1": [], "r2": []}
+        errors: list[Exception] = []
+
+        def claim(store: DuckLakeStore, name: str) -> None:
+            order = ids if name == "r1" else ids[::-1]  # they meet in the middle
+            try:
+                for start in range(0, len(order), 20):
+                    won[name] += list(store.claim_traces(dict.fromkeys(order[start : start + 20], 3)))
+            except Exception as exc:  # collected: a thread's failure must fail the test
+                errors.append(exc)
+
+        threads = [threading.Thread(target=claim, args=(s, n)) for s, n in ((one, "r1"), (two, "r2"))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert not errors
+    assert sorted(won["r1"] + won["r2"]) == sorted(ids)
+    assert won["r1"] and won["r2"]  # both raced for them
