@@ -7,6 +7,7 @@ and a fix. See docs/security.md.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -40,6 +41,7 @@ def examine(config: Config, environ: Mapping[str, str] | None = None) -> list[Fi
         _redaction(config),
         _retention(config),
         _judge_transport(config),
+        *([_catalog(config)] if config.store.backend == "ducklake" else []),
     ]
 
 
@@ -140,6 +142,29 @@ def _retention(config: Config) -> Finding:
     if retention.max_bytes is not None:
         limits.append(f"oldest traces deleted past {retention.max_bytes:,} bytes")
     return Finding("retention", "ok", "; ".join(limits))
+
+
+def _catalog(config: Config) -> Finding:
+    """The lake's PostgreSQL catalog (store.backend: ducklake): no password in the file, TLS off the host."""
+    catalog = config.store.catalog or ""
+    fields = dict(re.findall(r"(\w+)\s*=\s*(\S+)", catalog))
+    if "password" in fields:
+        return Finding(
+            "catalog",
+            "unsafe",
+            "store.catalog holds the PostgreSQL password: anyone who reads the config file has the lake",
+            "drop password= and set PGPASSWORD (or a ~/.pgpass file) for the service",
+        )
+    host = fields.get("host", "localhost")
+    on_this_machine = host_is_loopback(host) or host == "localhost" or host.startswith("/")
+    if not on_this_machine and fields.get("sslmode") not in ("require", "verify-ca", "verify-full"):
+        return Finding(
+            "catalog",
+            "warn",
+            f"the catalog at {host} is reached without TLS: trace ids and replica names cross in clear",
+            "sslmode=verify-full in store.catalog (sslrootcert= for your CA)",
+        )
+    return Finding("catalog", "ok", f"catalog at {host}, data in {config.store.data_path}")
 
 
 def _judge_transport(config: Config) -> Finding:

@@ -36,6 +36,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Tracer
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import Config
@@ -43,7 +44,7 @@ from collector.server_file import server_file
 from collector.store.base import Store
 from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES
 from collector.store.trace_rows import TraceTables
-from semconv import RAG_STEP_KINDS, RagTrace, Step
+from semconv import RAG_STEP_KINDS, RagTrace, Step, emit
 
 if TYPE_CHECKING:
     from collector.service import Service
@@ -327,6 +328,28 @@ def sdk_tracer_provider(target: Served, service_name: str, transport: str = "htt
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     provider.add_span_processor(SimpleSpanProcessor(sdk_exporter(target, "traces", transport)))
     return provider
+
+
+def emit_rag_request(
+    tracer: Tracer,
+    question: str,
+    document: str,
+    answer: str,
+    before_root_ends: Callable[[], object] | None = None,
+) -> str:
+    """One RAG request in the ragpulse convention, through the real SDK: a root, a retrieval of one
+    document (`crm-1`) and a chat step. `before_root_ends` runs once the children have ended, before
+    the root does. Returns the trace id (hex)."""
+    with emit.request(tracer, question) as request:
+        with emit.retrieval(tracer, question, data_source="kb", top_k=1) as step:
+            step.documents([{"id": "crm-1", "score": 0.9, "content": document}])
+        with emit.chat(tracer, model="gpt-test", provider="openai") as chat:
+            chat.messages([{"role": "user", "content": question}])
+            chat.output(answer, input_tokens=50, output_tokens=12)
+        request.answer(answer)
+        if before_root_ends is not None:
+            before_root_ends()
+        return format(request.span.get_span_context().trace_id, "032x")
 
 
 # --------------------------------------------------------------------------- `ragpulse serve` as a subprocess

@@ -124,3 +124,21 @@ def test_serve_logs_what_doctor_finds_unsafe(tmp_path: Path, caplog: pytest.LogC
     ):
         pass
     assert not [r for r in caplog.records if r.getMessage().startswith("unsafe setup")]
+
+
+def test_the_lake_catalog_keeps_its_password_out_and_uses_tls_off_the_host(tmp_path: Path) -> None:
+    lake = {"backend": "ducklake", "data_path": "/shared/lake/"}
+    _, plain = doctor(tmp_path, {"store": {**lake, "catalog": "postgres:dbname=rp host=pg.internal user=rp"}})
+    _, with_password = doctor(
+        tmp_path, {"store": {**lake, "catalog": "postgres:dbname=rp host=127.0.0.1 user=rp password=hunter2"}}
+    )
+    _, safe = doctor(
+        tmp_path,
+        {"store": {**lake, "catalog": "postgres:dbname=rp host=pg.internal user=rp sslmode=verify-full"}},
+    )
+    _, embedded = doctor(tmp_path, {})
+    assert plain["catalog"]["level"] == "warn" and "sslmode=verify-full" in plain["catalog"]["fix"]
+    assert with_password["catalog"]["level"] == "unsafe" and "PGPASSWORD" in with_password["catalog"]["fix"]
+    assert "hunter2" not in json.dumps(with_password)
+    assert safe["catalog"]["level"] == "ok"
+    assert "catalog" not in embedded

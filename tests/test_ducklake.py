@@ -33,11 +33,11 @@ from collector.store import open_store
 from collector.store.config import StoreConfig
 from collector.store.ducklake_store import DuckLakeStore, LakeCoordinator
 from collector.store.tables import DOCUMENTS, SCORE_AGGREGATES, SCORES, STEPS, TRACES
-from semconv import emit
 from tests.helpers import (
     DEFAULT_SCORE_NAMES,
     RAGPULSE,
     clean_env,
+    emit_rag_request,
     fast_assembler,
     free_port,
     key_values,
@@ -78,20 +78,9 @@ def lake_store(lake: dict[str, Any], replica: str, read_only: bool = False) -> D
     return store
 
 
-def send_trace(provider: TracerProvider, before_root_ends: Callable[[], None] = lambda: None) -> str:
-    """One RAG request in the ragpulse convention (3 spans); `before_root_ends` runs once the two
-    children were exported and before the root is. Returns the trace id (hex)."""
-    tracer = provider.get_tracer("test-app")
-    with emit.request(tracer, QUESTION) as request:
-        with emit.retrieval(tracer, QUESTION, data_source="kb", top_k=1) as step:
-            step.documents([{"id": "returns-policy", "score": 0.9, "content": POLICY}])
-        with emit.chat(tracer, model="gpt-test", provider="openai") as chat:
-            chat.messages([{"role": "user", "content": QUESTION}])
-            chat.output(ANSWER, input_tokens=50, output_tokens=12)
-        request.answer(ANSWER)
-        trace_id = format(request.span.get_span_context().trace_id, "032x")
-        before_root_ends()
-    return trace_id
+def send_trace(provider: TracerProvider, before_root_ends: Callable[[], object] | None = None) -> str:
+    """One RAG request of 3 spans (the SDK exports each as it ends: the root last)."""
+    return emit_rag_request(provider.get_tracer("test-app"), QUESTION, POLICY, ANSWER, before_root_ends)
 
 
 def grpc_provider(port: int) -> TracerProvider:
@@ -224,15 +213,24 @@ def test_claims_give_each_set_of_spans_to_one_replica(lake: dict[str, Any]) -> N
         two.coordinator.register({"aa01": 1})
         assert one.traces_elsewhere(["aa01", "dd04"]) == {"aa01"}  # r2 holds spans of it too
         first = one.claim_traces({"aa01": 3, "bb02": 1})
+        while_mapping = two.claim_traces({"aa01": 3})  # r1 is assembling these very spans
+        one.coordinator.mark_assembled(["aa01", "bb02"])  # r1's assembly is stored
         same = two.claim_traces({"aa01": 3})  # the same spans: assembled already
         more = two.claim_traces({"aa01": 4})  # a late span: a second revision
         fewer = one.claim_traces({"aa01": 3})
+        # r2 dies between its claim and its commit: its claim stays undone. r2 itself (restarted)
+        # redoes it under the same revision; r1 only once the claim is stale.
+        other = one.claim_traces({"aa01": 4})
+        again = two.claim_traces({"aa01": 4})
         counts = one.assembly_counts(["aa01", "bb02", "cc03"])
+        one.coordinator._execute("UPDATE ragpulse_trace_claims SET claimed_at = now() - interval '1 hour'")
+        stale = one.claim_traces({"aa01": 4})
     assert first == {"aa01": 1, "bb02": 1}
-    assert same == {}
+    assert while_mapping == {} and same == {} and fewer == {} and other == {}
     assert more == {"aa01": 2}
-    assert fewer == {}
-    assert counts == {"aa01": 2, "bb02": 1}
+    assert again == {"aa01": 2}
+    assert counts == {"aa01": 1, "bb02": 1}  # r2's second assembly was never stored
+    assert stale == {"aa01": 2}
 
 
 def test_one_replica_leads_until_its_lease_runs_out(lake: dict[str, Any]) -> None:
@@ -333,10 +331,24 @@ def test_a_service_on_the_lake_scores_traces_and_another_process_reads_them(
             "SELECT trace_id, replica, span_count FROM traces ORDER BY trace_id",
             cwd=tmp_path,
         )  # fmt: skip
+        # Gates and the report read the lake the same way (the aggregates: partial rows, summed).
+        gate = run_ragpulse(
+            "check", "--config", str(config_file), "--since", "1h", "--min-samples", "5",
+            "--min-pass-rate", "faithfulness=0.99", "--json", cwd=tmp_path,
+        )  # fmt: skip
+        report = run_ragpulse(
+            "report", "--config", str(config_file), "--since", "1h", "--out", str(tmp_path / "r.html"),
+            cwd=tmp_path,
+        )  # fmt: skip
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [r["trace_id"] for r in rows] == sorted(trace_ids)
     assert {r["replica"] for r in rows} == {"solo"} and {r["span_count"] for r in rows} == {3}
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    (faithfulness,) = json.loads(gate.stdout)["gates"]
+    assert faithfulness["n"] == 5 and faithfulness["value"] == 1.0  # summed over the lake's partial rows
+    assert report.returncode == 0, report.stderr
+    assert "shop-bot" in (tmp_path / "r.html").read_text()
 
 
 # ------------------------------------------------------------------------------ two replicas
@@ -411,17 +423,23 @@ def test_two_replicas_assemble_and_score_every_trace_once_through_a_resize(
     assert aggregate == [{"n": len(everything)}]
 
 
-def test_sigkill_of_a_replica_loses_no_acknowledged_span(lake: dict[str, Any], tmp_path: Path) -> None:
-    replica = Replica("r1", lake, tmp_path).start()
-    acked: list[str] = []
-    stop = threading.Event()
-    counter = itertools.count(1)
+class _Sender(threading.Thread):
+    """Exports traces of 50 spans to one replica over gRPC until stopped or the replica is gone,
+    recording the trace ids it saw acknowledged."""
 
-    def send() -> None:
-        channel = grpc.insecure_channel(replica.address)
+    def __init__(self, address: str, number: int) -> None:
+        super().__init__(daemon=True)
+        self.address, self.number = address, number
+        self.acked: list[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        channel = grpc.insecure_channel(self.address)
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)
-        while not stop.is_set():
-            trace_id = f"{next(counter):032x}"
+        for n in itertools.count(1):
+            if self.stopping.is_set():
+                break
+            trace_id = f"{self.number:08x}{n:024x}"
             spans = [
                 Span(trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex(f"{i + 1:016x}"), name="op",
                      start_time_unix_nano=1, end_time_unix_nano=2, attributes=key_values({"n": i}))
@@ -431,31 +449,52 @@ def test_sigkill_of_a_replica_loses_no_acknowledged_span(lake: dict[str, Any], t
                 stub.Export(trace_request(spans, "shop-bot", "kill-test"), timeout=10)
             except grpc.RpcError:
                 break  # the replica is gone
-            acked.append(trace_id)
+            self.acked.append(trace_id)
         channel.close()
 
-    sender = threading.Thread(target=send)
-    sender.start()
-    wait_for(lambda: len(acked), lambda n: n >= 20, timeout=60, what="acknowledged exports")
-    assert replica.proc is not None
-    replica.proc.kill()
-    replica.proc.wait(10)
-    stop.set()
-    sender.join(30)
-    with lake_store(lake, "reader", read_only=True) as store:
-        stored = store.query("SELECT trace_id, count(*) FROM spans GROUP BY trace_id", 100_000, 30).rows
-    counts = dict(stored)
-    missing = [t for t in acked if counts.get(t) != 50]
-    assert acked and not missing, f"{len(missing)} acknowledged exports not (fully) in the lake"
-    # The replica comes back on the same lake and assembles what it had not.
-    replica.start()
-    wait_for(
-        lambda: sql(replica, "SELECT count(*) AS n FROM traces")[0]["n"],
-        lambda n: n >= len(acked),
-        timeout=90,
-        what="recovery of the acknowledged traces",
-    )
-    replica.stop()
+
+def test_sigkill_of_a_replica_loses_no_acknowledged_span(lake: dict[str, Any], tmp_path: Path) -> None:
+    replicas = [Replica(name, lake, tmp_path).start() for name in ("r1", "r2")]
+    senders = [_Sender(r.address, i + 1) for i, r in enumerate(replicas)]
+    try:
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            wait_for(
+                lambda s=sender: len(s.acked), lambda n: n >= 20, timeout=60, what="acknowledged exports"
+            )
+        killed, survivor = replicas
+        assert killed.proc is not None
+        killed.proc.kill()  # SIGKILL, in the middle of its exports and group commits
+        killed.proc.wait(10)
+        senders[0].join(30)
+        # The other replica goes on taking spans.
+        after_kill = len(senders[1].acked)
+        wait_for(
+            lambda: len(senders[1].acked), lambda n: n >= after_kill + 20, timeout=60, what="the survivor"
+        )
+        senders[1].stopping.set()
+        senders[1].join(30)
+        with lake_store(lake, "reader", read_only=True) as store:
+            counts = dict(
+                store.query("SELECT trace_id, count(*) FROM spans GROUP BY trace_id", 100_000, 30).rows
+            )
+        acked = senders[0].acked + senders[1].acked
+        missing = [t for t in acked if counts.get(t) != 50]
+        assert not missing, f"{len(missing)} acknowledged exports not (fully) in the lake"
+        # The killed replica comes back on the same lake and assembles what it had not.
+        killed.start()
+        wait_for(
+            lambda: sql(survivor, "SELECT count(*) AS n FROM traces")[0]["n"],
+            lambda n: n >= len(acked),
+            timeout=90,
+            what="every acknowledged trace assembled",
+        )
+        reasons = sql(survivor, "SELECT assembly_reason, count(*) AS n FROM traces GROUP BY ALL")
+    finally:
+        for replica in replicas:
+            replica.stop()
+    assert any(r["assembly_reason"] == "recovery" for r in reasons), reasons
 
 
 def test_two_replica_coordinators_agree_under_races(lake: dict[str, Any]) -> None:

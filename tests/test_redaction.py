@@ -30,9 +30,9 @@ from collector.processors.redaction import (
 )
 from collector.service import BackgroundService, Service
 from evaluators.registry import JUDGE_NAMES
-from semconv import emit
 from tests.helpers import (
     DEFAULT_SCORE_NAMES,
+    emit_rag_request,
     fast_assembler,
     make_config,
     metric,
@@ -356,15 +356,7 @@ JUDGE_SCORES = DEFAULT_SCORE_NAMES.intersection(JUDGE_NAMES)
 def send_rag_trace(svc: Service, question: str, document: str, answer: str) -> str:
     """One RAG request through the real SDK; its trace id."""
     provider = sdk_tracer_provider(svc, "shop-bot")
-    tracer = provider.get_tracer("test-app")
-    with emit.request(tracer, question) as request:
-        with emit.retrieval(tracer, question, data_source="kb", top_k=1) as step:
-            step.documents([{"id": "crm-1", "score": 0.9, "content": document}])
-        with emit.chat(tracer, model="gpt-test", provider="openai") as chat:
-            chat.messages([{"role": "user", "content": question}])
-            chat.output(answer, input_tokens=50, output_tokens=12)
-        request.answer(answer)
-        trace_id = format(request.span.get_span_context().trace_id, "032x")
+    trace_id = emit_rag_request(provider.get_tracer("test-app"), question, document, answer)
     provider.shutdown()
     return trace_id
 

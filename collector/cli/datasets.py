@@ -43,5 +43,5 @@ def load_cases(
             store = open_store(config.store)
         with store:
             store.write_cases(cases_table(cases, str(file)))
-        where = config.store.path
+        where = config.store.location
     click.echo(f"loaded {len(cases)} case(s) from {file} into {where}")

@@ -32,7 +32,7 @@ def replay(
     else:
         with writable(config):
             report = replay_to_store(list(files), config)
-        where = config.store.path
+        where = config.store.location
     assembled = f", {report.traces} trace(s) assembled" if report.traces is not None else ""
     click.echo(
         f"replayed {report.requests} request(s) into {where}: "

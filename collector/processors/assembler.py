@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 # Traces per mapping job: bounds the Python objects alive at once in the worker (about 50 KB a
 # trace while it is mapped and scored), and is large enough that a job's fixed costs do not show.
 ROUND_TRACES = 500
+# Seconds between re-reads of the golden cases when several replicas share the store: `datasets load`
+# writes the lake directly, and only the replica it went through (if any) would hear of it.
+CASES_REFRESH = 30.0
 
 
 @dataclass(slots=True)
@@ -148,6 +151,7 @@ class TraceAssembler:
         self._may_have_older = store.shared
         self._cases = CaseIndex()
         self._cases_stale = True
+        self._cases_loaded_at = 0.0
         self._cases_version = 0
         self._cases_sent = -1  # the version the worker process holds
         self._pool: ProcessPoolExecutor | None = None
@@ -430,6 +434,8 @@ class TraceAssembler:
             for trace_id, _, _ in ready:  # traces with events only: nothing to map yet
                 self._remember(trace_id, self._assembled.get(trace_id, 0))
             return None
+        if self._store.shared and time.monotonic() - self._cases_loaded_at >= CASES_REFRESH:
+            self._cases_stale = True  # another process may have loaded cases into the lake
         if self._cases_stale:
             self._load_cases()
         with_spans = set(claimed)
@@ -531,6 +537,7 @@ class TraceAssembler:
 
     def _load_cases(self) -> None:
         self._cases_stale = False
+        self._cases_loaded_at = time.monotonic()
         index = CaseIndex()
         for row in self._store.read_cases().to_pylist():
             expected = orjson.loads(row["expected_documents"]) if row["expected_documents"] else None

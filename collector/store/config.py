@@ -52,6 +52,9 @@ class StoreConfig(Section):
     # ducklake: seconds between two maintenance rounds (merging small Parquet files, expiring old
     # snapshots, folding aggregate rows), run by one replica at a time.
     compact_every: float = Field(300.0, gt=0)
+    # ducklake: where DuckDB spills what does not fit in `memory_limit` (merging files does); a
+    # local directory. null: <the system's temp directory>/ragpulse-<replica>.tmp.
+    temp_directory: str | None = None
     # Spans waiting for commit; beyond this, exports are refused with a retryable status.
     max_queue_spans: int = Field(100_000, gt=0)
     # One commit takes at most this many spans (many exports share a commit).
@@ -82,6 +85,11 @@ class StoreConfig(Section):
             if not self.data_path:
                 raise ValueError("store.data_path: the ducklake backend needs a directory (or s3://...)")
         return self
+
+    @property
+    def location(self) -> str:
+        """Where the data is, for messages: the file, or the lake's data directory."""
+        return self.path if self.backend == "duckdb" else f"the lake at {self.data_path}"
 
     @property
     def replica_name(self) -> str:

@@ -26,10 +26,12 @@ import contextlib
 import importlib
 import logging
 import random
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +45,7 @@ from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore, migrate, schema_version
 from collector.store.migrations import MIGRATIONS
 from collector.store.tables import ALL_TABLES, SCORE_AGGREGATE_KEY
+from collector.store.trace_rows import TraceTables
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,11 @@ EXTENSIONS = (
     ("duckdb_extension_ducklake", "ducklake"),
 )
 
-MAX_ATTEMPTS = 30  # of a write transaction that keeps losing races to other replicas
+MAINTENANCE_MEMORY_MB = 512  # DuckDB's memory limit while files are merged (see `_maintenance_memory`)
+MAX_ATTEMPTS = 30
+# A claim whose assembly was not stored after this long is taken over by another replica (its
+# replica died between claim and commit, or is gone).
+STALE_CLAIM_SECONDS = 300  # of a write transaction that keeps losing races to other replicas
 LEASE_SECONDS = 30.0  # a leader that stops renewing is replaced after this long
 
 
@@ -85,6 +92,23 @@ def extension_path(module_name: str, extension: str) -> Path:
     return path
 
 
+def temp_directory(config: StoreConfig) -> Path:
+    """`store.temp_directory`, else a directory of this replica's under the system's temp directory."""
+    if config.temp_directory:
+        return Path(config.temp_directory)
+    return Path(tempfile.gettempdir()) / f"ragpulse-{config.replica_name}.tmp"
+
+
+def _megabytes(setting: str) -> float | None:
+    """DuckDB's memory_limit as it reports it ("122.0 MiB", "1.5 GiB") in MB; None if unreadable."""
+    number, _, unit = setting.strip().partition(" ")
+    scale = {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0, "TiB": 1024.0**2}.get(unit)
+    try:
+        return float(number) * scale if scale else None
+    except ValueError:
+        return None
+
+
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -107,6 +131,16 @@ def open_lake(config: StoreConfig, read_only: bool) -> duckdb.DuckDBPyConnection
         options = f"DATA_PATH {_quote(config.data_path)}" + (", READ_ONLY" if read_only else "")
         con.execute(f"ATTACH {_quote('ducklake:' + config.catalog)} AS {LAKE} ({options})")
         con.execute(f"USE {LAKE}")
+        # An in-memory DuckDB has nowhere to spill by default: give it a directory, or merging
+        # files under memory_limit fails instead of spilling.
+        con.execute(f"SET temp_directory = {_quote(str(temp_directory(config)))}")
+        if not read_only:
+            con.execute("SET preserve_insertion_order = false")  # merges and inserts need no order
+            # Commits of other replicas (and of our own two writer threads) race for the next
+            # snapshot id; DuckLake retries such a commit itself, by default 10 times, waiting
+            # 100 ms the first time. A commit takes milliseconds: retry sooner, and more often.
+            con.execute("SET ducklake_max_retry_count = 100")
+            con.execute("SET ducklake_retry_wait_ms = 5")
         data_dir = config.data_path if config.data_path.endswith("/") else config.data_path + "/"
         con.execute(f"SET allowed_directories = [{_quote(data_dir)}]")
         con.execute("SET enable_external_access = false")
@@ -122,7 +156,10 @@ def is_conflict(exc: BaseException) -> bool:
     conflicts, and PostgreSQL's serialization failures (the catalog runs REPEATABLE READ)."""
     text = str(exc)
     return isinstance(exc, duckdb.Error) and (
-        "Transaction conflict" in text or "could not serialize access" in text
+        "Transaction conflict" in text
+        or "could not serialize access" in text
+        # Two commits took the same next snapshot id in the catalog (DuckLake's own retries ran out).
+        or ("duplicate key value violates unique constraint" in text and '"ducklake_' in text)
     )
 
 
@@ -211,7 +248,8 @@ class LakeCoordinator:
                 "replica text NOT NULL, spans bigint NOT NULL, PRIMARY KEY (trace_id, replica));"
                 "CREATE TABLE IF NOT EXISTS ragpulse_trace_claims (trace_id text PRIMARY KEY, "
                 "replica text NOT NULL, spans bigint NOT NULL, revision integer NOT NULL, "
-                "token text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now());"
+                "token text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now(), "
+                "done boolean NOT NULL DEFAULT false);"
                 "CREATE TABLE IF NOT EXISTS ragpulse_leases (name text PRIMARY KEY, holder text NOT NULL, "
                 "expires_at timestamptz NOT NULL)"
             )
@@ -254,39 +292,66 @@ class LakeCoordinator:
         return {row[0] for row in found}
 
     def claim(self, span_counts: Mapping[str, int]) -> dict[str, int]:
-        """Claim each trace for an assembly with this many spans: won when no replica assembled it
-        yet or the last assembly had fewer spans. Returns the won traces with their revision."""
+        """Claim each trace for an assembly with this many spans. Won when no replica has claimed
+        it, or the last claim had fewer spans, or the last claim's assembly was never stored (`done`
+        stays false when its replica died between claim and commit, or its write failed): by this
+        replica at once, by another after STALE_CLAIM_SECONDS. Returns the won traces with the
+        revision their assembly is to carry."""
         if not span_counts:
             return {}
         self._ids(span_counts)
         token = uuid.uuid4().hex
         rows = ", ".join(f"('{t}', '{self.replica}', {int(n)}, 1, '{token}')" for t, n in span_counts.items())
+        claims = "ragpulse_trace_claims"
         self._execute(
-            "INSERT INTO ragpulse_trace_claims (trace_id, replica, spans, revision, token) "
+            f"INSERT INTO {claims} (trace_id, replica, spans, revision, token) "
             f"VALUES {rows} ON CONFLICT (trace_id) DO UPDATE SET replica = excluded.replica, "
-            "spans = excluded.spans, revision = ragpulse_trace_claims.revision + 1, token = excluded.token, "
-            "claimed_at = now() WHERE ragpulse_trace_claims.spans < excluded.spans"
+            f"spans = excluded.spans, token = excluded.token, claimed_at = now(), done = false, "
+            # An assembly that was stored counts; one that never was is redone under its revision.
+            f"revision = CASE WHEN {claims}.done THEN {claims}.revision + 1 ELSE {claims}.revision END "
+            f"WHERE {claims}.spans < excluded.spans OR (NOT {claims}.done AND ({claims}.replica = "
+            f"excluded.replica OR {claims}.claimed_at < now() - interval '{STALE_CLAIM_SECONDS} seconds'))"
         )
-        won = self._query(f"SELECT trace_id, revision FROM ragpulse_trace_claims WHERE token = '{token}'")
+        won = self._query(f"SELECT trace_id, revision FROM {claims} WHERE token = '{token}'")
         return {trace_id: int(revision) for trace_id, revision in won}
 
+    def mark_assembled(self, trace_ids: Sequence[str]) -> None:
+        """These traces' assemblies, claimed by this replica, are stored."""
+        self._for_each_chunk(
+            trace_ids,
+            lambda ids: (
+                f"UPDATE ragpulse_trace_claims SET done = true WHERE trace_id IN ({ids}) "
+                f"AND replica = '{self.replica}'"
+            ),
+        )
+
     def revisions(self, trace_ids: Iterable[str]) -> dict[str, int]:
-        """How often each of these traces was assembled (by any replica)."""
+        """How often each of these traces was assembled and stored (by any replica)."""
         ids = self._ids(trace_ids)
         if not ids:
             return {}
-        rows = self._query(f"SELECT trace_id, revision FROM ragpulse_trace_claims WHERE trace_id IN ({ids})")
-        return {trace_id: int(revision) for trace_id, revision in rows}
+        rows = self._query(
+            "SELECT trace_id, CASE WHEN done THEN revision ELSE revision - 1 END "
+            f"FROM ragpulse_trace_claims WHERE trace_id IN ({ids})"
+        )
+        return {trace_id: int(revision) for trace_id, revision in rows if revision}
 
     def forget(self, trace_ids: Sequence[str]) -> None:
         """Deleted traces: their claims and span counts go too."""
+        self._for_each_chunk(
+            trace_ids,
+            lambda ids: (
+                f"DELETE FROM ragpulse_trace_spans WHERE trace_id IN ({ids});"
+                f"DELETE FROM ragpulse_trace_claims WHERE trace_id IN ({ids})"
+            ),
+        )
+
+    def _for_each_chunk(self, trace_ids: Sequence[str], statement: Callable[[str], str]) -> None:
+        """`statement(ids)` for every 1,000 of these trace ids (`ids`: a quoted SQL list)."""
         for start in range(0, len(trace_ids), 1000):
             ids = self._ids(trace_ids[start : start + 1000])
             if ids:
-                self._execute(
-                    f"DELETE FROM ragpulse_trace_spans WHERE trace_id IN ({ids});"
-                    f"DELETE FROM ragpulse_trace_claims WHERE trace_id IN ({ids})"
-                )
+                self._execute(statement(ids))
 
     def is_leader(self) -> bool:
         """Take or renew the lease; True while this replica holds it (checked every third of it)."""
@@ -318,6 +383,8 @@ class DuckLakeStore(DuckDBStore):
         self._reader_lock = threading.Lock()
         super().__init__(config.data_path or "", config, read_only=read_only)
         self.coordinator: LakeCoordinator | None = None
+        # One thread registers a group commit's arrivals in the catalog while the commit runs.
+        self._registrar = ThreadPoolExecutor(1, thread_name_prefix="ragpulse-lake-arrivals")
         if not read_only:
             self.replica = config.replica_name
             try:
@@ -345,15 +412,21 @@ class DuckLakeStore(DuckDBStore):
     # ---------------------------------------------------------------- several replicas
 
     def append_spans(self, spans: pa.Table, events: pa.Table) -> None:
-        if self.coordinator is not None and spans.num_rows:
-            # Before the commit (so before the export is acknowledged): a replica that assembles
-            # one of these traces then knows to read these spans back. Registered but not committed
-            # (the commit fails) costs that replica a read back, nothing more.
-            counts = pc.value_counts(spans["trace_id"])
-            self.coordinator.register(
-                dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
-            )
-        super().append_spans(spans, events)
+        if self.coordinator is None or not spans.num_rows:
+            super().append_spans(spans, events)
+            return
+        # Registered beside the commit, both done before the export is acknowledged: a replica
+        # that assembles one of these traces then knows to read these spans back. Registered but
+        # not committed (the commit fails) costs that replica a read back, nothing more.
+        counts = pc.value_counts(spans["trace_id"])
+        arrived = dict(
+            zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
+        )
+        registered = self._registrar.submit(self.coordinator.register, arrived)
+        try:
+            super().append_spans(spans, events)
+        finally:
+            registered.result()
 
     def traces_elsewhere(self, trace_ids: Sequence[str]) -> set[str]:
         assert self.coordinator is not None
@@ -362,6 +435,12 @@ class DuckLakeStore(DuckDBStore):
     def claim_traces(self, span_counts: Mapping[str, int]) -> dict[str, int | None]:
         assert self.coordinator is not None
         return dict(self.coordinator.claim(span_counts))
+
+    def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
+        super().write_traces(tables, replace)
+        if self.coordinator is not None and tables.traces.num_rows:
+            # After the commit: a claim left undone (a crash before this) is redone, never lost.
+            self.coordinator.mark_assembled(tables.traces["trace_id"].to_pylist())
 
     def assembly_counts(self, trace_ids: Iterable[str]) -> dict[str, int]:
         # The claims know every replica's assemblies, by key: no scan of the lake's traces.
@@ -378,13 +457,34 @@ class DuckLakeStore(DuckDBStore):
         if self.read_only:
             return
         retry_conflicts(self._fold_aggregates, "aggregate folding")
-        for step in (
-            f"CALL ducklake_flush_inlined_data('{LAKE}')",
-            f"CALL ducklake_merge_adjacent_files('{LAKE}')",
-            f"CALL ducklake_expire_snapshots('{LAKE}', older_than => now() - INTERVAL 1 HOUR)",
-            f"CALL ducklake_cleanup_old_files('{LAKE}', older_than => now() - INTERVAL 1 HOUR)",
-        ):
-            retry_conflicts(lambda step=step: self._maintenance_step(step), "maintenance")  # type: ignore[misc]
+        with self._maintenance_memory():
+            for step in (
+                f"CALL ducklake_flush_inlined_data('{LAKE}')",
+                f"CALL ducklake_merge_adjacent_files('{LAKE}')",
+                f"CALL ducklake_expire_snapshots('{LAKE}', older_than => now() - INTERVAL 1 HOUR)",
+                f"CALL ducklake_cleanup_old_files('{LAKE}', older_than => now() - INTERVAL 1 HOUR)",
+            ):
+                retry_conflicts(lambda step=step: self._maintenance_step(step), "maintenance")  # type: ignore[misc]
+
+    @contextlib.contextmanager
+    def _maintenance_memory(self) -> Iterator[None]:
+        """DuckLake's file merge allocates 128 MiB blocks that cannot spill: below
+        MAINTENANCE_MEMORY_MB, the memory limit is raised to it while maintenance runs."""
+        configured = self.config.memory_limit
+        with self._cursor() as con:
+            row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+            current_mb = _megabytes(str(row[0])) if row else None
+            raise_it = current_mb is not None and current_mb < MAINTENANCE_MEMORY_MB
+            if raise_it:
+                con.execute(f"SET memory_limit = '{MAINTENANCE_MEMORY_MB}MB'")
+        try:
+            yield
+        finally:
+            if raise_it:
+                with self._cursor() as con:
+                    con.execute(
+                        f"SET memory_limit = {_quote(configured)}" if configured else "RESET memory_limit"
+                    )
 
     def _maintenance_step(self, sql: str) -> None:
         with self._cursor() as con:
@@ -457,6 +557,7 @@ class DuckLakeStore(DuckDBStore):
         self.maintain()
 
     def close(self) -> None:
+        self._registrar.shutdown(wait=True)
         with self._write_lock:
             try:
                 self._con.close()
