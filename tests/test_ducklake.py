@@ -323,7 +323,8 @@ def test_a_service_on_the_lake_scores_traces_and_another_process_reads_them(
             timeout=60,
             what="the scores of 5 traces",
         )
-        assert metric(service, "ragpulse_traces_assembled_total", reason="complete") == 5
+        assembled = sql(service, "SELECT assembly_count AS n, replica FROM traces")
+        assert assembled == [{"n": 1, "replica": "solo"}] * 5, assembled
         (config_file := tmp_path / "reader.yaml").write_text(yaml.safe_dump({"store": lake}))
         # While the service runs: any process reads the lake (no lock, no server in between).
         done = run_ragpulse(
@@ -521,3 +522,82 @@ def test_two_replica_coordinators_agree_under_races(lake: dict[str, Any]) -> Non
     assert not errors
     assert sorted(won["r1"] + won["r2"]) == sorted(ids)
     assert won["r1"] and won["r2"]  # both raced for them
+
+
+def test_retention_on_the_lake_deletes_whole_traces_and_their_claims(lake: dict[str, Any]) -> None:
+    from collector.otlp.batch import decode_request
+
+    spans = [
+        Span(trace_id=bytes.fromhex(f"{t:032x}"), span_id=bytes.fromhex(f"{i + 1:016x}"), name="op",
+             start_time_unix_nano=1, end_time_unix_nano=2)
+        for t in (1, 2) for i in range(8)  # 16 rows: more than DuckLake inlines into the catalog
+    ]  # fmt: skip
+    batch = decode_request(trace_request(spans, "shop-bot", "retention-test"))
+    with lake_store(lake, "r1") as store:
+        store.append_spans(batch.spans, batch.events)
+        store.claim_traces({f"{1:032x}": 8, f"{2:032x}": 8})
+        deleted = store.delete_traces([f"{1:032x}"])
+        left = store.query("SELECT trace_id, count(*) FROM spans GROUP BY ALL", 10, 10).rows
+        assert store.coordinator is not None
+        claims = store.coordinator._query("SELECT trace_id FROM ragpulse_trace_claims")
+        arrivals = store.coordinator._query("SELECT trace_id FROM ragpulse_trace_spans")
+        size = store.storage_size()
+    assert deleted.traces == 1 and deleted.spans == 8
+    assert left == [(f"{2:032x}", 8)]
+    assert claims == [(f"{2:032x}",)] and arrivals == [(f"{2:032x}",)]
+    assert size.on_disk > 0 and size.wal_bytes == 0
+
+
+def test_a_lake_keeps_its_data_on_s3_compatible_storage(
+    postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from collector.otlp.batch import decode_request
+    from collector.store.base import StoreError
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+        s3.create_bucket(Bucket="traces")
+        lake = {
+            "backend": "ducklake",
+            "catalog": postgres.create_database(f"lake_{uuid.uuid4().hex[:10]}"),
+            "data_path": "s3://traces/lake/",
+        }
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(name, raising=False)
+        with pytest.raises(StoreError, match="AWS_ACCESS_KEY_ID"):
+            lake_store(lake, "r1")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        spans = [
+            Span(trace_id=bytes.fromhex(f"{7:032x}"), span_id=bytes.fromhex(f"{i + 1:016x}"), name="op",
+                 start_time_unix_nano=1, end_time_unix_nano=2)
+            for i in range(4)
+        ]  # fmt: skip
+        batch = decode_request(trace_request(spans, "shop-bot", "s3-test"))
+        with lake_store(lake, "r1") as store:
+            for _ in range(3):
+                store.append_spans(batch.spans, batch.events)
+            stored = store.query("SELECT count(*) FROM spans", 1, 30).rows
+            store.maintain()
+        with lake_store(lake, "reader", read_only=True) as reader:
+            again = reader.query("SELECT count(*) FROM spans", 1, 30).rows
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="traces", Prefix="lake/").get("Contents", [])]
+    finally:
+        server.stop()
+    assert stored == [(12,)] and again == [(12,)]
+    assert keys and all(k.endswith(".parquet") for k in keys)

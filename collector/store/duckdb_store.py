@@ -629,7 +629,10 @@ class DuckDBStore(Store):
             rows: dict[str, int] = {}
             with _registered(con, _IDS, ids):
                 where = f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
-                spans = con.execute(f"DELETE FROM spans {where} RETURNING trace_id").to_arrow_table()
+                # Read, then delete (not DELETE ... RETURNING, which a DuckLake table refuses): the
+                # same transaction, so the same rows.
+                spans = con.execute(f"SELECT trace_id FROM spans {where}").to_arrow_table()
+                con.execute(f"DELETE FROM spans {where}")
                 rows["spans"] = spans.num_rows
                 for table in PER_TRACE_TABLES[1:]:
                     row = con.execute(f"DELETE FROM {table} {where}").fetchone()

@@ -17,7 +17,8 @@ file: the SQL of `DuckDBStore` runs unchanged, with four differences:
   in a SELECT included).
 
 Extensions are loaded from the `duckdb-extension-ducklake` and `duckdb-extension-postgres-scanner`
-wheels (`pip install 'ragpulse[ducklake]'`), by path: nothing is downloaded at run time.
+wheels (`pip install 'ragpulse[ducklake]'`), by path: nothing is downloaded at run time; with data on
+S3 (`s3://`), `duckdb-extension-httpfs` too, with a secret made from the AWS SDKs' variables.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import random
 import tempfile
 import threading
@@ -59,6 +61,7 @@ EXTENSIONS = (
     ("duckdb_extension_postgres_scanner", "postgres_scanner"),
     ("duckdb_extension_ducklake", "ducklake"),
 )
+HTTPFS = ("duckdb_extension_httpfs", "httpfs")  # for a data path on S3
 
 MAINTENANCE_MEMORY_MB = 512  # DuckDB's memory limit while files are merged (see `_maintenance_memory`)
 MAX_ATTEMPTS = 30
@@ -128,6 +131,9 @@ def open_lake(config: StoreConfig, read_only: bool) -> duckdb.DuckDBPyConnection
     try:
         for module_name, extension in EXTENSIONS:
             con.execute(f"LOAD {_quote(str(extension_path(module_name, extension)))}")
+        if config.data_path.startswith("s3://"):
+            con.execute(f"LOAD {_quote(str(extension_path(*HTTPFS)))}")
+            con.execute(s3_secret(os.environ))
         options = f"DATA_PATH {_quote(config.data_path)}" + (", READ_ONLY" if read_only else "")
         con.execute(f"ATTACH {_quote('ducklake:' + config.catalog)} AS {LAKE} ({options})")
         con.execute(f"USE {LAKE}")
@@ -149,6 +155,30 @@ def open_lake(config: StoreConfig, read_only: bool) -> duckdb.DuckDBPyConnection
         first_line = str(exc).strip().splitlines()[0][:300]
         raise StoreError(f"cannot open the lake (store.catalog, store.data_path): {first_line}") from None
     return con
+
+
+def s3_secret(environ: Mapping[str, str]) -> str:
+    """`CREATE SECRET` for an `s3://` data path from the AWS SDKs' variables: AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION (or AWS_DEFAULT_REGION) and AWS_ENDPOINT_URL
+    for S3-compatible stores (MinIO, Ceph: addressed by path, TLS as its scheme says)."""
+    key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        raise StoreError(
+            "store.data_path is on S3: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+            "(and AWS_REGION; AWS_ENDPOINT_URL for an S3-compatible store)"
+        )
+    options = [f"KEY_ID {_quote(key)}", f"SECRET {_quote(secret)}"]
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options.append(f"REGION {_quote(region)}")
+    if environ.get("AWS_SESSION_TOKEN"):
+        options.append(f"SESSION_TOKEN {_quote(environ['AWS_SESSION_TOKEN'])}")
+    endpoint = environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        scheme, _, host = endpoint.rstrip("/").partition("://")
+        options += [f"ENDPOINT {_quote(host or scheme)}", "URL_STYLE 'path'"]
+        options.append(f"USE_SSL {'false' if scheme == 'http' else 'true'}")
+    return f"CREATE SECRET ragpulse_s3 (TYPE s3, {', '.join(options)})"
 
 
 def is_conflict(exc: BaseException) -> bool:
