@@ -222,13 +222,14 @@ def test_claims_give_each_set_of_spans_to_one_replica(lake: dict[str, Any]) -> N
         # redoes it under the same revision; r1 only once the claim is stale.
         other = one.claim_traces({"aa01": 4})
         again = two.claim_traces({"aa01": 4})
+        redone = set(two._redo)
         counts = one.assembly_counts(["aa01", "bb02", "cc03"])
         one.coordinator._execute("UPDATE ragpulse_trace_claims SET claimed_at = now() - interval '1 hour'")
         stale = one.claim_traces({"aa01": 4})
     assert first == {"aa01": 1, "bb02": 1}
     assert while_mapping == {} and same == {} and fewer == {} and other == {}
     assert more == {"aa01": 2}
-    assert again == {"aa01": 2}
+    assert again == {"aa01": 2} and redone == {"aa01"}  # its rows, if any were stored, get replaced
     assert counts == {"aa01": 1, "bb02": 1}  # r2's second assembly was never stored
     assert stale == {"aa01": 2}
 
@@ -601,3 +602,26 @@ def test_a_lake_keeps_its_data_on_s3_compatible_storage(
         server.stop()
     assert stored == [(12,)] and again == [(12,)]
     assert keys and all(k.endswith(".parquet") for k in keys)
+
+
+def test_a_claim_redone_after_a_lost_mark_replaces_the_rows_it_had_stored(lake: dict[str, Any]) -> None:
+    from collector.store.duckdb_store import DuckDBStore
+    from collector.store.trace_rows import TraceTables
+
+    trace_id = f"{9:032x}"
+    row = TRACES.arrow_table({"trace_id": [trace_id], "assembly_count": [1], "span_count": [3]}, 1)
+    scores, _ = _score_rows(["faithfulness"], "shop-bot")
+    scores = scores.set_column(0, "trace_id", pa.array([trace_id]))
+    tables = TraceTables(row, EMPTY_STEPS, EMPTY_DOCUMENTS, scores=scores)
+    with lake_store(lake, "r1") as store:
+        assert store.claim_traces({trace_id: 3}) == {trace_id: 1}
+        DuckDBStore.write_traces(store, tables, [])  # stored, then the replica died before the mark
+    with lake_store(lake, "r1") as restarted:
+        assert restarted.claim_traces({trace_id: 3}) == {trace_id: 1}  # its own unmarked claim, redone
+        restarted.write_traces(tables, [])
+        rows = restarted.query(f"SELECT count(*) FROM traces WHERE trace_id = '{trace_id}'", 1, 10).rows
+        score_rows = restarted.query(f"SELECT count(*) FROM scores WHERE trace_id = '{trace_id}'", 1, 10).rows
+        aggregate = restarted.query("SELECT sum(n) FROM score_aggregates", 1, 10).rows
+        counts = restarted.assembly_counts([trace_id])
+    assert rows == [(1,)] and score_rows == [(1,)] and aggregate == [(1,)]
+    assert counts == {trace_id: 1}

@@ -279,7 +279,7 @@ class LakeCoordinator:
                 "CREATE TABLE IF NOT EXISTS ragpulse_trace_claims (trace_id text PRIMARY KEY, "
                 "replica text NOT NULL, spans bigint NOT NULL, revision integer NOT NULL, "
                 "token text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now(), "
-                "done boolean NOT NULL DEFAULT false);"
+                "done boolean NOT NULL DEFAULT false, redo boolean NOT NULL DEFAULT false);"
                 "CREATE TABLE IF NOT EXISTS ragpulse_leases (name text PRIMARY KEY, holder text NOT NULL, "
                 "expires_at timestamptz NOT NULL)"
             )
@@ -321,12 +321,13 @@ class LakeCoordinator:
         )
         return {row[0] for row in found}
 
-    def claim(self, span_counts: Mapping[str, int]) -> dict[str, int]:
+    def claim(self, span_counts: Mapping[str, int]) -> dict[str, tuple[int, bool]]:
         """Claim each trace for an assembly with this many spans. Won when no replica has claimed
         it, or the last claim had fewer spans, or the last claim's assembly was never stored (`done`
         stays false when its replica died between claim and commit, or its write failed): by this
         replica at once, by another after STALE_CLAIM_SECONDS. Returns the won traces with the
-        revision their assembly is to carry."""
+        revision their assembly is to carry and whether it redoes an unmarked claim (whose rows may
+        have been stored after all: the mark is what failed)."""
         if not span_counts:
             return {}
         self._ids(span_counts)
@@ -337,13 +338,14 @@ class LakeCoordinator:
             f"INSERT INTO {claims} (trace_id, replica, spans, revision, token) "
             f"VALUES {rows} ON CONFLICT (trace_id) DO UPDATE SET replica = excluded.replica, "
             f"spans = excluded.spans, token = excluded.token, claimed_at = now(), done = false, "
+            f"redo = NOT {claims}.done, "
             # An assembly that was stored counts; one that never was is redone under its revision.
             f"revision = CASE WHEN {claims}.done THEN {claims}.revision + 1 ELSE {claims}.revision END "
             f"WHERE {claims}.spans < excluded.spans OR (NOT {claims}.done AND ({claims}.replica = "
             f"excluded.replica OR {claims}.claimed_at < now() - interval '{STALE_CLAIM_SECONDS} seconds'))"
         )
-        won = self._query(f"SELECT trace_id, revision FROM {claims} WHERE token = '{token}'")
-        return {trace_id: int(revision) for trace_id, revision in won}
+        won = self._query(f"SELECT trace_id, revision, redo FROM {claims} WHERE token = '{token}'")
+        return {trace_id: (int(revision), bool(redo)) for trace_id, revision, redo in won}
 
     def mark_assembled(self, trace_ids: Sequence[str]) -> None:
         """These traces' assemblies, claimed by this replica, are stored."""
@@ -415,6 +417,7 @@ class DuckLakeStore(DuckDBStore):
         self.coordinator: LakeCoordinator | None = None
         # One thread registers a group commit's arrivals in the catalog while the commit runs.
         self._registrar = ThreadPoolExecutor(1, thread_name_prefix="ragpulse-lake-arrivals")
+        self._redo: set[str] = set()  # traces claimed again after an unmarked claim (see `claim`)
         if not read_only:
             self.replica = config.replica_name
             try:
@@ -464,10 +467,15 @@ class DuckLakeStore(DuckDBStore):
 
     def claim_traces(self, span_counts: Mapping[str, int]) -> dict[str, int | None]:
         assert self.coordinator is not None
-        return dict(self.coordinator.claim(span_counts))
+        won = self.coordinator.claim(span_counts)
+        self._redo.update(t for t, (_, redo) in won.items() if redo)
+        return {t: revision for t, (revision, _) in won.items()}
 
     def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
-        super().write_traces(tables, replace)
+        # A redone claim replaces whatever its first attempt may have stored.
+        redone = self._redo.intersection(tables.traces["trace_id"].to_pylist())
+        self._redo -= redone
+        super().write_traces(tables, sorted(set(replace) | redone))
         if self.coordinator is not None and tables.traces.num_rows:
             # After the commit: a claim left undone (a crash before this) is redone, never lost.
             self.coordinator.mark_assembled(tables.traces["trace_id"].to_pylist())
