@@ -625,3 +625,30 @@ def test_a_claim_redone_after_a_lost_mark_replaces_the_rows_it_had_stored(lake: 
         counts = restarted.assembly_counts([trace_id])
     assert rows == [(1,)] and score_rows == [(1,)] and aggregate == [(1,)]
     assert counts == {trace_id: 1}
+
+
+def test_the_leader_adopts_the_judge_work_and_events_of_a_departed_replica(lake: dict[str, Any]) -> None:
+    from collector.store.tables import EVALUATION_OUTBOX
+    from collector.store.trace_rows import TraceTables
+
+    trace_id, now = f"{11:032x}", datetime(2026, 12, 4, 12, 0)
+    traces = TRACES.arrow_table(
+        {"trace_id": [trace_id], "assembly_count": [1], "judge_status": ["pending"], "assembled_at": [now]}, 1
+    )
+    outbox = EVALUATION_OUTBOX.arrow_table(
+        {"event_id": ["e1"], "trace_id": [trace_id], "span_id": ["00f067aa0ba902b7"], "created_at": [now]}, 1
+    )
+    with lake_store(lake, "r1") as one, lake_store(lake, "r2") as two:
+        two.write_traces(TraceTables(traces, EMPTY_STEPS, EMPTY_DOCUMENTS, outbox=outbox), [])
+        assert one.is_leader() and not two.is_leader()  # r1 leads; both have a heartbeat now
+        one.maintain()  # r2 is alive: nothing adopted
+        before = (one.pending_judge_work(10).num_rows, one.outbox_depth(), two.outbox_depth())
+        assert one.coordinator is not None
+        one.coordinator._execute(
+            "UPDATE ragpulse_replicas SET seen_at = now() - interval '1 hour' WHERE name = 'r2'"
+        )
+        one.maintain()
+        work = one.pending_judge_work(10)["trace_id"].to_pylist()
+        after = (one.outbox_depth(), two.outbox_depth())
+    assert before == (0, 0, 1)
+    assert work == [trace_id] and after == (1, 0)

@@ -69,6 +69,7 @@ MAX_ATTEMPTS = 30
 # replica died between claim and commit, or is gone).
 STALE_CLAIM_SECONDS = 300  # of a write transaction that keeps losing races to other replicas
 LEASE_SECONDS = 30.0  # a leader that stops renewing is replaced after this long
+DEPARTED_SECONDS = 300  # a replica silent this long has its judge work and evaluation events adopted
 
 
 def extension_path(module_name: str, extension: str) -> Path:
@@ -280,6 +281,8 @@ class LakeCoordinator:
                 "replica text NOT NULL, spans bigint NOT NULL, revision integer NOT NULL, "
                 "token text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now(), "
                 "done boolean NOT NULL DEFAULT false, redo boolean NOT NULL DEFAULT false);"
+                "CREATE TABLE IF NOT EXISTS ragpulse_replicas (name text PRIMARY KEY, "
+                "seen_at timestamptz NOT NULL);"
                 "CREATE TABLE IF NOT EXISTS ragpulse_leases (name text PRIMARY KEY, holder text NOT NULL, "
                 "expires_at timestamptz NOT NULL)"
             )
@@ -386,11 +389,14 @@ class LakeCoordinator:
                 self._execute(statement(ids))
 
     def is_leader(self) -> bool:
-        """Take or renew the lease; True while this replica holds it (checked every third of it)."""
+        """Take or renew the lease; True while this replica holds it (checked every third of it).
+        Each check is also this replica's heartbeat (`ragpulse_replicas`)."""
         now = time.monotonic()
         if now < self._leader_until - 2 * LEASE_SECONDS / 3:
             return True
         self._execute(
+            f"INSERT INTO ragpulse_replicas VALUES ('{self.replica}', now()) "
+            "ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at;"
             f"INSERT INTO ragpulse_leases VALUES ('leader', '{self.replica}', "
             f"now() + interval '{LEASE_SECONDS} seconds') "
             "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
@@ -400,6 +406,14 @@ class LakeCoordinator:
         leads = bool(rows) and rows[0][0] == self.replica
         self._leader_until = now + LEASE_SECONDS if leads else 0.0
         return leads
+
+    def departed(self) -> list[str]:
+        """Replicas not heard from for DEPARTED_SECONDS (stopped for good, or long gone)."""
+        rows = self._query(
+            f"SELECT name FROM ragpulse_replicas WHERE name <> '{self.replica}' "
+            f"AND seen_at < now() - interval '{DEPARTED_SECONDS} seconds'"
+        )
+        return sorted(row[0] for row in rows)
 
 
 class DuckLakeStore(DuckDBStore):
@@ -494,6 +508,7 @@ class DuckLakeStore(DuckDBStore):
         nothing refers to any more. Each step is its own transaction, retried on conflicts."""
         if self.read_only:
             return
+        self._adopt_departed()
         retry_conflicts(self._fold_aggregates, "aggregate folding")
         with self._maintenance_memory():
             for step in (
@@ -523,6 +538,29 @@ class DuckLakeStore(DuckDBStore):
                     con.execute(
                         f"SET memory_limit = {_quote(configured)}" if configured else "RESET memory_limit"
                     )
+
+    def _adopt_departed(self) -> None:
+        """The pending judge work and unexported evaluation events of departed replicas become this
+        replica's (they belong to the replica that assembled the trace, which is gone)."""
+        assert self.coordinator is not None
+        departed = self.coordinator.departed()
+        if not departed:
+            return
+
+        def body(con: duckdb.DuckDBPyConnection) -> None:
+            con.execute(
+                "UPDATE traces SET replica = ? WHERE judge_status = 'pending' AND list_contains(?, replica)",
+                [self.replica, departed],
+            )
+            con.execute(
+                "UPDATE evaluation_outbox SET replica = ? WHERE list_contains(?, replica)",
+                [self.replica, departed],
+            )
+
+        self._write(body)
+        log.info(
+            "adopted the judge work and evaluation events of departed replica(s) %s", ", ".join(departed)
+        )
 
     def _maintenance_step(self, sql: str) -> None:
         with self._cursor() as con:
