@@ -287,11 +287,12 @@ def test_concurrent_writers_keep_aggregates_exact_and_maintenance_folds_them(lak
             thread.start()
         for thread in threads:
             thread.join(120)
-        parts = one.query("SELECT count(*) FROM score_aggregates", 1, 10).rows[0][0]
+        parts = one.query("SELECT count(*) FROM score_aggregate_parts", 1, 10).rows[0][0]
+        keys = one.query("SELECT count(*) FROM score_aggregates", 1, 10).rows[0][0]  # the view
         one.maintain()
         summed = one.query(
-            "SELECT name, sum(n), sum(n_pass), sum(sum), count(*) FROM score_aggregates "
-            "GROUP BY name ORDER BY name",
+            "SELECT name, sum(n), sum(n_pass), sum(sum), count(*) FROM score_aggregate_parts "
+            "GROUP BY name ORDER BY name",  # folded: one part per key left
             10,
             10,
         ).rows
@@ -299,6 +300,7 @@ def test_concurrent_writers_keep_aggregates_exact_and_maintenance_folds_them(lak
     assert not errors
     total = 2 * writes_per_replica
     assert parts == 2 * total  # a row of partial sums per write and name
+    assert keys == 2  # one row per key, as on the file
     assert summed == [
         ("citation", total, total, float(total), 1),
         ("faithfulness", total, total, float(total), 1),
@@ -333,7 +335,7 @@ def test_a_service_on_the_lake_scores_traces_and_another_process_reads_them(
             "SELECT trace_id, replica, span_count FROM traces ORDER BY trace_id",
             cwd=tmp_path,
         )  # fmt: skip
-        # Gates and the report read the lake the same way (the aggregates: partial rows, summed).
+        # Gates and the report read the lake the same way (score_aggregates: the view over its parts).
         gate = run_ragpulse(
             "check", "--config", str(config_file), "--since", "1h", "--min-samples", "5",
             "--min-pass-rate", "faithfulness=0.99", "--json", cwd=tmp_path,
@@ -348,7 +350,7 @@ def test_a_service_on_the_lake_scores_traces_and_another_process_reads_them(
     assert {r["replica"] for r in rows} == {"solo"} and {r["span_count"] for r in rows} == {3}
     assert gate.returncode == 0, gate.stdout + gate.stderr
     (faithfulness,) = json.loads(gate.stdout)["gates"]
-    assert faithfulness["n"] == 5 and faithfulness["value"] == 1.0  # summed over the lake's partial rows
+    assert faithfulness["n"] == 5 and faithfulness["value"] == 1.0  # through the view over the parts
     assert report.returncode == 0, report.stderr
     assert "shop-bot" in (tmp_path / "r.html").read_text()
 

@@ -184,6 +184,8 @@ class DuckDBStore(Store):
     # row per write instead (partial sums that readers add up, folded now and then): concurrent
     # updates of one row would fail all but one writer.
     aggregates_in_place = True
+    # The table new aggregate rows go to (a lake: its partial rows, which `score_aggregates` sums).
+    aggregates_table = "score_aggregates"
 
     def __init__(self, path: str | Path, config: StoreConfig | None = None, read_only: bool = False) -> None:
         self.path = Path(path)
@@ -355,11 +357,11 @@ class DuckDBStore(Store):
         if affected is not None and affected.num_rows:
             with _registered(con, "_affected", affected):
                 con.execute(
-                    "DELETE FROM score_aggregates a "
+                    f"DELETE FROM {self.aggregates_table} a "
                     f"WHERE EXISTS (SELECT 1 FROM _affected k WHERE {_key_match('a', 'k')})"
                 )
                 con.execute(
-                    f"INSERT INTO score_aggregates BY NAME SELECT {_AGGREGATES}, {_NOW} AS updated_at "
+                    f"INSERT INTO {self.aggregates_table} BY NAME SELECT {_AGGREGATES}, {_NOW} AS updated_at "
                     f"FROM scores s SEMI JOIN _affected k ON {_key_match('s', 'k')} GROUP BY ALL"
                 )
         if scores is None or not scores.num_rows:
@@ -405,7 +407,7 @@ class DuckDBStore(Store):
                 con.register("_affected", affected)
                 skip = f"ANTI JOIN _affected k ON {_key_match('s', 'k')}"
             con.execute(
-                f"INSERT INTO score_aggregates BY NAME SELECT {_AGGREGATES}, {_NOW} AS updated_at "
+                f"INSERT INTO {self.aggregates_table} BY NAME SELECT {_AGGREGATES}, {_NOW} AS updated_at "
                 f"FROM _new_scores s {skip} GROUP BY ALL"
             )
             if skip:

@@ -7,8 +7,9 @@ file: the SQL of `DuckDBStore` runs unchanged, with four differences:
 - **Conflicts are retried.** DuckLake commits optimistically: two transactions that insert into one
   table both commit, but a delete or update conflicts with any other change to its table committed
   meanwhile. Every write transaction is therefore run again, whole, when it loses such a race.
-- **Hot writes only append.** `score_aggregates` gets a row of partial sums per write instead of an
-  update in place (readers add rows up, as they always did); maintenance folds them now and then.
+- **Hot writes only append.** Each write appends a row of partial sums per key to
+  `score_aggregate_parts` instead of updating one row in place; `score_aggregates` is a view that
+  sums them (one row per key, as on the file), and maintenance folds the parts now and then.
 - **Who assembles a trace is decided in the catalog.** The Collector's load-balancing exporter sends
   all spans of a trace to one replica, but not while replicas come and go. Claims in PostgreSQL
   make each set of spans assembled once (`LakeCoordinator`, docs/scale-out.md has the rule).
@@ -46,7 +47,7 @@ from collector.store.base import DeletedRows, StorageSize, StoreError
 from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore, migrate, schema_version
 from collector.store.migrations import MIGRATIONS
-from collector.store.tables import ALL_TABLES, SCORE_AGGREGATE_KEY
+from collector.store.tables import ALL_TABLES, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES
 from collector.store.trace_rows import TraceTables
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,17 @@ def retry_conflicts(attempt: Callable[[], _T], what: str = "write") -> _T:
     raise AssertionError("unreachable")
 
 
+AGGREGATE_PARTS = "score_aggregate_parts"
+
+
+def summed_parts() -> str:
+    """The aggregate columns of a key, summed over its partial rows (the view, and folding)."""
+    how = {"sum": "sum(sum)", "sum_sq": "sum(sum_sq)", "min": "min(min)", "max": "max(max)"}
+    how["updated_at"] = "max(updated_at)"
+    values = [c for c in SCORE_AGGREGATES.column_names if c not in SCORE_AGGREGATE_KEY]
+    return ", ".join(f"{how.get(c, f'sum({c})::BIGINT')} AS {c}" for c in values)
+
+
 def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
     """A new lake gets every table at the latest schema at once (DuckLake has no PRIMARY KEY: the one
     key, `cases.case_id`, is kept by `write_cases`); an existing one runs the migrations it lacks."""
@@ -219,7 +231,14 @@ def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
             "CREATE TABLE ragpulse_schema (version INTEGER, description VARCHAR, applied_at TIMESTAMP)"
         )
         for table in ALL_TABLES:
-            con.execute(table.create_sql().replace("PRIMARY KEY", "NOT NULL"))
+            ddl = table.create_sql().replace("PRIMARY KEY", "NOT NULL")
+            if table is SCORE_AGGREGATES:
+                ddl = ddl.replace(f"CREATE TABLE {table.name} ", f"CREATE TABLE {AGGREGATE_PARTS} ", 1)
+            con.execute(ddl)
+        con.execute(
+            f"CREATE VIEW score_aggregates AS SELECT {', '.join(SCORE_AGGREGATE_KEY)}, {summed_parts()} "
+            f"FROM {AGGREGATE_PARTS} GROUP BY ALL"
+        )
         for version, description, _ in MIGRATIONS:
             con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
         con.execute("COMMIT")
@@ -421,6 +440,7 @@ class DuckLakeStore(DuckDBStore):
     claims for assembly and a read-only instance for users' SQL."""
 
     aggregates_in_place = False
+    aggregates_table = AGGREGATE_PARTS
     shared = True
 
     def __init__(self, config: StoreConfig, read_only: bool = False) -> None:
@@ -572,11 +592,8 @@ class DuckLakeStore(DuckDBStore):
 
         def body(con: duckdb.DuckDBPyConnection) -> int:
             folded = con.execute(
-                f"SELECT {key}, sum(n) AS n, sum(n_pass) AS n_pass, sum(n_fail) AS n_fail, "
-                "sum(n_error) AS n_error, sum(n_skipped) AS n_skipped, sum(sum) AS sum, "
-                "sum(sum_sq) AS sum_sq, "
-                "min(min) AS min, max(max) AS max, max(updated_at) AS updated_at, count(*) AS parts "
-                f"FROM score_aggregates GROUP BY ALL HAVING count(*) > 1"
+                f"SELECT {key}, {summed_parts()}, count(*) AS parts "
+                f"FROM {AGGREGATE_PARTS} GROUP BY ALL HAVING count(*) > 1"
             ).to_arrow_table()
             if not folded.num_rows:
                 return 0
@@ -584,9 +601,9 @@ class DuckLakeStore(DuckDBStore):
             try:
                 match = " AND ".join(f"a.{k} IS NOT DISTINCT FROM f.{k}" for k in SCORE_AGGREGATE_KEY)
                 con.execute(
-                    f"DELETE FROM score_aggregates a WHERE EXISTS (SELECT 1 FROM _folded f WHERE {match})"
+                    f"DELETE FROM {AGGREGATE_PARTS} a WHERE EXISTS (SELECT 1 FROM _folded f WHERE {match})"
                 )
-                con.execute("INSERT INTO score_aggregates BY NAME SELECT * EXCLUDE (parts) FROM _folded")
+                con.execute(f"INSERT INTO {AGGREGATE_PARTS} BY NAME SELECT * EXCLUDE (parts) FROM _folded")
             finally:
                 con.unregister("_folded")
             return int(pc.sum(folded["parts"]).as_py()) - folded.num_rows
