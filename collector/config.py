@@ -21,6 +21,7 @@ from collector.auth.config import AuthConfig
 from collector.config_base import Section
 from collector.exporters.config import ExportersConfig
 from collector.monitoring.config import MonitoringConfig
+from collector.probes.config import Probes
 from collector.processors.config import AssemblerConfig, RedactionConfig, SamplingConfig, ScoringConfig
 from collector.receivers.config import ReceiversConfig
 from collector.receivers.tls import TlsConfig
@@ -53,6 +54,7 @@ class Config(Section):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     tls: TlsConfig = Field(default_factory=TlsConfig)
     redaction: RedactionConfig = Field(default_factory=RedactionConfig)
+    probes: Probes = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _canaries_need_a_judge(self) -> Self:

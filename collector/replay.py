@@ -31,6 +31,7 @@ from collector.otlp.json_request import UndecodableBody, parse_json_request
 from collector.pipeline import IngestPipeline
 from collector.processors.assembler import TraceAssembler
 from collector.processors.scoring import ScoringSetup
+from collector.processors.slices import slicing
 from collector.store import open_store
 from collector.store.span_records import records_by_trace, span_records
 from collector.store.writer import SpanWriter
@@ -222,7 +223,10 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
         if config.assembler.enabled:
             # Scored like the service would; judge-sampled traces stay pending for `serve` to judge.
             scoring = ScoringSetup.of_config(config)
-            assembler = TraceAssembler(store, config.assembler, metrics, scoring=scoring)
+            dimensions, caps = slicing(store, config.monitoring, time.monotonic())
+            assembler = TraceAssembler(
+                store, config.assembler, metrics, scoring=scoring, dimensions=dimensions, caps=caps
+            )
             try:
                 report.traces = assembler.assemble_stored()
             finally:

@@ -37,12 +37,14 @@ from collector.exporters.webhooks import WebhookNotifier
 from collector.monitoring.canaries import CanaryRunner
 from collector.monitoring.evaluator import AlertBook, AlertEvaluator
 from collector.pipeline import IngestPipeline
+from collector.probes.runner import ProbeRunner
 from collector.processors.assembler import TraceAssembler
 from collector.processors.config import Stage
 from collector.processors.judging import JudgeHealth, JudgeStage
 from collector.processors.redaction import Redactor
 from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoringSetup
+from collector.processors.slices import slicing
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.receivers.tls import ServerTls, TlsError
@@ -84,6 +86,7 @@ class Service:
         self.canary_runner: CanaryRunner | None = None
         self.retention: RetentionKeeper | None = None
         self.maintainer: StoreMaintainer | None = None
+        self.probe_runner: ProbeRunner | None = None
         budget = config.sampling.budget
         # One budget for every judge call: online scoring and the canaries.
         self.judge_budget = JudgeBudget(
@@ -124,11 +127,15 @@ class Service:
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
         )
+        # Slice dimensions' columns before anything reads or writes them (alerts may cut by them).
+        dimensions, caps = slicing(self.store, cfg.monitoring, time.monotonic())
         # First: a canary file that cannot be read stops the start before anything else runs.
         self._start_monitoring(self.store)
         if cfg.assembler.enabled:
             scoring = self._start_scoring(self.store)
-            self.assembler = TraceAssembler(self.store, cfg.assembler, self.metrics, scoring=scoring)
+            self.assembler = TraceAssembler(
+                self.store, cfg.assembler, self.metrics, scoring=scoring, dimensions=dimensions, caps=caps
+            )
             self.writer.add_listener(self.assembler.on_commit)
             self.writer.add_gate(self.assembler.accepting)
             self.assembler.start()
@@ -197,6 +204,16 @@ class Service:
                 self._http_task.result()
                 raise OSError("HTTP server failed to start")
             await asyncio.sleep(0.01)
+        if cfg.probes:  # once both receivers listen: the app's spans of the first run have a home
+            self.probe_runner = ProbeRunner(
+                self.store,
+                cfg.probes,
+                pipeline,
+                self.metrics,
+                cfg.sql.timeout,
+                on_cases=self.assembler.refresh_cases if self.assembler else None,
+            )
+            self.probe_runner.start()
         log.info(
             "ragpulse listening: OTLP/gRPC %s:%d, OTLP/HTTP and API %s",
             cfg.receivers.host,
@@ -323,6 +340,8 @@ class Service:
 
     async def stop(self) -> None:
         """Stop in reverse order; every export already accepted is committed before the store closes."""
+        if self.probe_runner:  # first: its runs submit spans to the pipeline and record themselves
+            await asyncio.to_thread(self.probe_runner.stop)
         if self._grpc:
             await self._grpc.stop(grace=5)
         if self._http and self._http_task:

@@ -181,8 +181,8 @@ class Metrics:
         )
         self.alerts_firing = Gauge(
             "ragpulse_alert_firing",
-            "1 while an alert fires, by alert and service",
-            ["alert", "service"],
+            "1 while an alert fires, by alert, service and slice",
+            ["alert", "service", "slice"],
             registry=r,
         )
         self.alert_events = Counter(
@@ -205,6 +205,19 @@ class Metrics:
         )
         self.alert_notifications_pending = Gauge(
             "ragpulse_alert_notifications_pending", "Alert notifications not delivered yet", registry=r
+        )
+        self.probe_requests = Counter(
+            "ragpulse_probe_requests",
+            "Probe requests sent to the app, by probe and outcome (answered, http_error, timeout, "
+            "unreachable, error)",
+            ["probe", "outcome"],
+            registry=r,
+        )
+        self.probe_runs = Counter(
+            "ragpulse_probe_runs",
+            "Probe runs finished, by probe and status (done, failed)",
+            ["probe", "status"],
+            registry=r,
         )
 
         self.retention_traces_deleted = Counter(

@@ -29,3 +29,6 @@ RAG_ANSWER = "rag.answer"
 RAG_EXPECTED_DOCUMENTS = "rag.expected.documents"
 RAG_EXPECTED_ANSWER = "rag.expected.answer"
 RAG_CASE_ID = "rag.case.id"
+# Set by ragpulse's probes on their own client span (the trace's root): the probe and its run.
+RAG_PROBE = "rag.probe"
+RAG_PROBE_RUN = "rag.probe.run"

@@ -352,6 +352,32 @@ def emit_rag_request(
         return format(request.span.get_span_context().trace_id, "032x")
 
 
+def versioned_provider(target: Served, version: str, transport: str = "grpc") -> TracerProvider:
+    """An SDK TracerProvider of the service `shop-bot` at `service.version` `version` (a resource
+    attribute, for slices by version), exporting every span at its end."""
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "shop-bot", "service.version": version})
+    )
+    provider.add_span_processor(SimpleSpanProcessor(sdk_exporter(target, "traces", transport)))
+    return provider
+
+
+def emit_topic_request(tracer: Any, question: str, topic: str, category: str | None, right: bool) -> str:
+    """One RAG request about `topic` (with `rag.category` when `category` is given) that expects the
+    document `<topic>-doc` and retrieves it (`right`) or an unrelated one. Returns the trace id."""
+    attributes = {"rag.category": category} if category else {}
+    with emit.request(tracer, question, attributes=attributes) as request:
+        request.expected([f"{topic}-doc"], None)
+        with emit.retrieval(tracer, question, data_source="kb", top_k=1) as step:
+            found = f"{topic}-doc" if right else "unrelated-doc"
+            step.documents([{"id": found, "score": 0.9, "content": f"About {topic}."}])
+        with emit.chat(tracer, model="gpt-test", provider="openai") as chat:
+            chat.messages([{"role": "user", "content": question}])
+            chat.output(f"About {topic}.", input_tokens=10, output_tokens=5)
+        request.answer(f"About {topic}.")
+        return format(request.span.get_span_context().trace_id, "032x")
+
+
 # --------------------------------------------------------------------------- `ragpulse serve` as a subprocess
 
 

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.monitoring.regression import Baseline, RegressionSettings, compare, comparison_sql, detect
+from collector.monitoring.scope import Scope
 from collector.monitoring.stats import (
     fisher_drop_p,
     holm,
@@ -112,12 +113,12 @@ def test_sql_rank_sums_give_the_reference_mann_whitney_p(recent: list[float], ba
     window = Window.ending(NOW, 3600)
     con.execute(
         "CREATE TABLE scores (service_name VARCHAR, name VARCHAR, value DOUBLE, status VARCHAR, "
-        "bucket TIMESTAMP, trace_id VARCHAR)"
+        "bucket TIMESTAMP, trace_id VARCHAR, probe VARCHAR)"
     )
-    rows = [("s", "m", v, "pass", NOW - timedelta(minutes=5), "r") for v in recent]
-    rows += [("s", "m", v, "pass", NOW - timedelta(days=1, minutes=5), "b") for v in base]
-    con.executemany("INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?)", rows)
-    cursor = con.execute(comparison_sql(window, Baseline(shift=86400), None, None))
+    rows = [("s", "m", v, "pass", NOW - timedelta(minutes=5), "r", None) for v in recent]
+    rows += [("s", "m", v, "pass", NOW - timedelta(days=1, minutes=5), "b", None) for v in base]
+    con.executemany("INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    cursor = con.execute(comparison_sql(window, Baseline(shift=86400), Scope(), None))
     columns = [d[0] for d in cursor.description]
     (row,) = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
     assert (row["n_recent"], row["n_base"]) == (len(recent), len(base))
@@ -175,7 +176,7 @@ def test_false_alarm_rate_on_healthy_traffic_is_at_most_alpha(tmp_path: Path) ->
         seed_scores(store, buckets, names, values, services)
     strict = RegressionSettings(alpha=alpha, min_effect=0.0, min_samples=20)
     with DuckDBStore(db, read_only=True) as store:
-        rows = store.query(comparison_sql(recent, Baseline(shift=86400), None, None), 10_000, 60).records()
+        rows = store.query(comparison_sql(recent, Baseline(shift=86400), Scope(), None), 10_000, 60).records()
     by_service: dict[str, list[dict]] = {}
     for row in rows:
         by_service.setdefault(row["service_name"], []).append(row)
@@ -206,7 +207,7 @@ def test_a_real_drop_is_detected_and_a_small_one_is_not_flagged(tmp_path: Path) 
         def query(sql: str) -> list[dict]:
             return store.query(sql, 10_000, 60).records()
 
-        found = compare(query, recent, Baseline(shift=86400), None, RegressionSettings(min_effect=0.05))
+        found = compare(query, recent, Baseline(shift=86400), Scope(), RegressionSettings(min_effect=0.05))
     status = {(c.score, c.metric): c.status for c in found}
     assert status[("faithfulness", "mean")] == "regressed"
     assert status[("faithfulness", "pass_rate")] == "regressed"

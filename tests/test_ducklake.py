@@ -33,6 +33,7 @@ from collector.store import open_store
 from collector.store.config import StoreConfig
 from collector.store.ducklake_store import DuckLakeStore, LakeCoordinator
 from collector.store.tables import DOCUMENTS, SCORE_AGGREGATES, SCORES, STEPS, TRACES
+from semconv import emit
 from tests.helpers import (
     DEFAULT_SCORE_NAMES,
     RAGPULSE,
@@ -353,6 +354,46 @@ def test_a_service_on_the_lake_scores_traces_and_another_process_reads_them(
     assert faithfulness["n"] == 5 and faithfulness["value"] == 1.0  # through the view over the parts
     assert report.returncode == 0, report.stderr
     assert "shop-bot" in (tmp_path / "r.html").read_text()
+
+
+def test_slice_dimensions_on_the_lake_grow_the_aggregates_view_and_survive_folding(
+    lake: dict[str, Any], tmp_path: Path
+) -> None:
+    dimensions = [{"name": "category", "attribute": "rag.category"}]
+    config = make_config(
+        tmp_path,
+        store={**lake, "replica": "solo"},
+        assembler=fast_assembler(),
+        monitoring={"dimensions": dimensions},
+    )
+    with BackgroundService(config) as service:
+        provider = grpc_provider(service.grpc_port)
+        tracer = provider.get_tracer("shop")
+        for category in ("refunds", "refunds", "shipping"):
+            with emit.request(
+                tracer, "Where is my parcel?", attributes={"rag.category": category}
+            ) as request:
+                with emit.retrieval(tracer, "parcel", data_source="kb", top_k=1) as step:
+                    step.documents([{"id": "d1", "score": 0.9, "content": "Parcels take 3 days."}])
+                request.answer("Parcels take 3 days.")
+        provider.shutdown()
+        wait_for(
+            lambda: sql(service, "SELECT count(DISTINCT trace_id) AS n FROM scores")[0]["n"],
+            lambda n: n == 3,
+            timeout=60,
+            what="3 traces scored",
+        )
+        query = (
+            "SELECT category, sum(n) AS n FROM score_aggregates WHERE name = 'retrieval.hit@5' "
+            "GROUP BY ALL ORDER BY ALL"
+        )
+        before = sql(service, query)
+        assert service.store is not None
+        service.store.maintain()
+        after = sql(service, query)
+        parts = sql(service, "SELECT count(*) AS n FROM score_aggregate_parts WHERE name = 'retrieval.hit@5'")
+    assert before == after == [{"category": "refunds", "n": 2}, {"category": "shipping", "n": 1}]
+    assert parts == [{"n": 2}]  # folded: one partial row per key left
 
 
 # ------------------------------------------------------------------------------ two replicas

@@ -25,6 +25,7 @@ COMMANDS = {
     "check": "collector.cli.check:check",
     "report": "collector.cli.report:report",
     "doctor": "collector.cli.doctor:doctor",
+    "probes": "collector.cli.probes:probes",
 }
 
 

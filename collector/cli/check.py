@@ -7,6 +7,7 @@ little data to decide (a gate below `min_samples`, or `--regression` with nothin
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -14,8 +15,17 @@ import orjson
 
 from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_table
-from collector.monitoring.gates import Gate, GateKind, GateReport, GateResult, Query, check_gates
+from collector.monitoring.gates import (
+    Gate,
+    GateKind,
+    GateReport,
+    GateResult,
+    Query,
+    check_gates,
+    check_gates_by,
+)
 from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
+from collector.monitoring.scope import Scope, check_dimension, parse_slices
 from collector.monitoring.windows import Window, parse_duration, parse_time, utc_now
 
 EXIT_PASS, EXIT_FAIL, EXIT_INSUFFICIENT = 0, 1, 2
@@ -50,6 +60,20 @@ def _gates(kind: GateKind, values: tuple[str, ...]) -> list[Gate]:
 )
 @click.option("--until", "until_text", help="Window end, ISO 8601 (default: now; times are UTC).")
 @click.option("--service", help="Only this service (default: every service together).")
+@click.option(
+    "--by",
+    "by",
+    metavar="DIMENSION",
+    help="Gate each value of a slice dimension apart (monitoring.dimensions); exit 1 names failing slices.",
+)
+@click.option(
+    "--slice",
+    "slices",
+    multiple=True,
+    metavar="DIMENSION=VALUE",
+    help="Only scores of this slice (repeatable; VALUE (none): traces without a value).",
+)
+@click.option("--probe", help="A probe's traffic (probes:) instead of the app's own.")
 @click.option(
     "--min", "min_means", multiple=True, metavar="NAME=VALUE", help="Mean of the score at least VALUE."
 )
@@ -106,6 +130,9 @@ def check(
     since: float,
     until_text: str | None,
     service: str | None,
+    by: str | None,
+    slices: tuple[str, ...],
+    probe: str | None,
     min_means: tuple[str, ...],
     min_pass_rates: tuple[str, ...],
     max_error_rates: tuple[str, ...],
@@ -129,6 +156,14 @@ def check(
         raise click.UsageError(
             "nothing to check: give --min, --min-pass-rate, --max-error-rate or --regression"
         )
+    try:
+        scope = Scope.of(service, probe, parse_slices(slices))
+        if by is not None:
+            check_dimension(by)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--by / --slice") from None
+    if by is not None and regression:
+        raise click.UsageError("--by gates each slice; --regression compares each service: run them apart")
     config, url = target(ctx, config_path, server, db)
     monitoring = config.monitoring
     try:
@@ -159,22 +194,46 @@ def check(
         def query(sql: str) -> list[dict[str, Any]]:
             return run(sql, config.sql.max_rows)[0]
 
-        report = _run(query, gates, window, service, samples, monitoring.confidence)
-        comparisons = compare(query, window, baseline, service, settings) if regression else None
-    code = exit_code(report.results, comparisons)
+        if by is not None:
+            reports = check_gates_by(query, gates, window, scope, by, samples, monitoring.confidence)
+            if not reports:  # nothing in the window: each gate is short of data
+                reports = [check_gates(query, gates, window, scope, samples, monitoring.confidence)]
+        else:
+            reports = [_run(query, gates, window, scope, samples, monitoring.confidence)]
+        comparisons = compare(query, window, baseline, scope, settings) if regression else None
+    code = exit_code([r for report in reports for r in report.results], comparisons)
+    outcome = Outcome(reports, scope, by, comparisons, baseline, code)
     if as_json:
-        sys.stdout.write(orjson.dumps(_as_json(report, comparisons, baseline, code)).decode() + "\n")
+        sys.stdout.write(orjson.dumps(_as_json(outcome)).decode() + "\n")
     else:
-        _print(report, comparisons, baseline, code)
+        _print(outcome)
     ctx.exit(code)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What one `check` found: a gate report per slice (one without `--by`), the regression
+    comparisons (None without `--regression`) and the exit code."""
+
+    reports: list[GateReport]
+    scope: Scope
+    by: str | None
+    comparisons: list[Comparison] | None
+    baseline: Baseline
+    code: int
+
+
 def _run(
-    query: Query, gates: list[Gate], window: Window, service: str | None, samples: int, confidence: float
+    query: Query, gates: list[Gate], window: Window, scope: Scope, samples: int, confidence: float
 ) -> GateReport:
     if not gates:
-        return GateReport(window, service)
-    return check_gates(query, gates, window, service, samples, confidence)
+        return GateReport(window, scope)
+    return check_gates(query, gates, window, scope, samples, confidence)
+
+
+def failing_slices(reports: list[GateReport]) -> list[str]:
+    """The slices (`category=refunds`) with a failing gate."""
+    return [r.scope.slice_label or "" for r in reports if any(g.status == "fail" for g in r.results)]
 
 
 def exit_code(results: list[GateResult], comparisons: list[Comparison] | None) -> int:
@@ -192,19 +251,30 @@ def exit_code(results: list[GateResult], comparisons: list[Comparison] | None) -
 _VERDICTS = {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_INSUFFICIENT: "insufficient"}
 
 
-def _as_json(
-    report: GateReport, comparisons: list[Comparison] | None, baseline: Baseline, code: int
-) -> dict[str, Any]:
-    return {
+def _as_json(outcome: Outcome) -> dict[str, Any]:
+    reports, scope, by, comparisons = outcome.reports, outcome.scope, outcome.by, outcome.comparisons
+    window, code = reports[0].window, outcome.code
+    found: dict[str, Any] = {
         "status": _VERDICTS[code],
         "exit_code": code,
-        "window": report.window.describe(),
-        "service": report.service,
-        "gates": [r.as_dict() for r in report.results],
+        "window": window.describe(),
+        "service": scope.service,
+        "probe": scope.probe,
+        "slice": scope.slice_label,
+    }
+    if by is None:
+        found["gates"] = [r.as_dict() for r in reports[0].results]
+    else:
+        found["by"] = by
+        found["slices"] = [
+            {"slice": r.scope.slice_label, "gates": [g.as_dict() for g in r.results]} for r in reports
+        ]
+        found["failing_slices"] = failing_slices(reports)
+    return found | {
         "regression": None
         if comparisons is None
         else {
-            "baseline": baseline.describe(report.window),
+            "baseline": outcome.baseline.describe(window),
             "comparisons": [c.as_dict() for c in comparisons],
         },
     }
@@ -214,22 +284,30 @@ def _number(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _print(report: GateReport, comparisons: list[Comparison] | None, baseline: Baseline, code: int) -> None:
-    window = report.window
-    scope = report.service or "every service"
-    click.echo(f"window {window.start:%Y-%m-%d %H:%M} to {window.end:%Y-%m-%d %H:%M} UTC, {scope}")
-    if report.results:
+def _print(outcome: Outcome) -> None:
+    reports, scope, by, comparisons = outcome.reports, outcome.scope, outcome.by, outcome.comparisons
+    baseline, code, window = outcome.baseline, outcome.code, reports[0].window
+    where = scope.describe() + (f", each {by} apart" if by else "")
+    click.echo(f"window {window.start:%Y-%m-%d %H:%M} to {window.end:%Y-%m-%d %H:%M} UTC, {where}")
+    if any(report.results for report in reports):
+        sliced = by is not None
         rows = [
             [
+                *([report.scope.slice_label or "-"] if sliced else []),
                 r.gate.describe(),
                 _number(r.value),
                 str(r.n),
                 "-" if r.interval is None else f"{r.interval.low:.3f}-{r.interval.high:.3f}",
                 r.status + (f" ({r.reason})" if r.reason else ""),
             ]
+            for report in reports
             for r in report.results
         ]
-        print_table(["gate", "value", "n", "95% CI", "result"], rows, width=TABLE_WIDTH)
+        headers = [*(["slice"] if sliced else []), "gate", "value", "n", "95% CI", "result"]
+        print_table(headers, rows, width=TABLE_WIDTH)
+        failing = failing_slices(reports) if sliced else []
+        if failing:
+            click.echo(f"failing slices: {'; '.join(failing)}")
     if comparisons is not None:
         click.echo(f"regression: against {baseline.describe(window)}")
         rows = [

@@ -6,7 +6,10 @@
 - `GET /api/traces?since=&until=&service=&status=&score=&below=&failing=&q=&sort=&order=&limit=&offset=`:
   one page of traces, filtered and sorted on the server, with the total;
 - `GET /api/traces/{trace_id}`: one trace with its spans, steps, documents and scores;
-- `GET /api/alerts`: alert states, their latest events, and judge canary runs.
+- `GET /api/alerts`: alert states, their latest events, and judge canary runs;
+- `GET /api/probes?probe=&limit=`: recent probe runs, newest first;
+- `GET /api/probes/{run_id}`: one probe run (`latest`: the newest, of `?probe=`) with each case's
+  result, trace and scores.
 
 Every query goes through the store's read-only SQL guard, like `POST /api/sql`: the API sees the
 data SQL sees and can change none of it. A bad parameter is a 400 with `{"error": ...}`.
@@ -24,6 +27,7 @@ from starlette.routing import Route
 
 from collector.api import OrjsonResponse
 from collector.dashboard.data import BadParameter, DashboardData, Params
+from collector.probes.report import UnknownRun
 from collector.sql import QueryError
 
 Answer = tuple[dict[str, Any], int]
@@ -40,6 +44,8 @@ class DashboardApi:
             Route("/api/traces", self._endpoint(self._traces), methods=["GET"]),
             Route("/api/traces/{trace_id}", self._endpoint(self._trace), methods=["GET"]),
             Route("/api/alerts", self._endpoint(self._alerts), methods=["GET"]),
+            Route("/api/probes", self._endpoint(self._probes), methods=["GET"]),
+            Route("/api/probes/{run_id}", self._endpoint(self._probe_run), methods=["GET"]),
         ]
 
     def _endpoint(self, handler: Callable[[Request], Answer]) -> Callable[[Request], Any]:
@@ -74,6 +80,16 @@ class DashboardApi:
 
     def _alerts(self, request: Request) -> Answer:
         return self._data.alerts(), 200
+
+    def _probes(self, request: Request) -> Answer:
+        return self._data.probe_runs(_params(request)), 200
+
+    def _probe_run(self, request: Request) -> Answer:
+        run_id = request.path_params["run_id"]
+        try:
+            return self._data.probe_run(run_id, _params(request)), 200
+        except UnknownRun as exc:
+            return {"error": str(exc)}, 404
 
 
 def _params(request: Request) -> Params:

@@ -10,7 +10,7 @@ strings (a query string) and are validated here; a bad one raises `BadParameter`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,9 @@ from collector.config import Config
 from collector.dashboard import queries
 from collector.dashboard.queries import MAX_PAGE, SORT_KEYS, TraceFilter
 from collector.monitoring.regression import Baseline, RegressionSettings, compare
+from collector.monitoring.scope import Scope, parse_slices
 from collector.monitoring.windows import Window, parse_duration, parse_time, utc_now
+from collector.probes import report as probe_report
 
 Rows = Callable[[str], list[dict[str, Any]]]
 Params = Mapping[str, str]
@@ -51,32 +53,46 @@ class DashboardData:
         rows: Rows,
         prices: JudgePrices | None = None,
         regression: RegressionSettings | None = None,
+        dimensions: Sequence[str] = (),
     ) -> None:
         self._rows = rows
+        self._dimensions = tuple(dimensions)  # `monitoring.dimensions`: what `by` and `slice` may name
         self._prices = prices or JudgePrices()
         self._regression = regression or RegressionSettings()
 
     def overview(self, params: Params) -> dict[str, Any]:
         """Per-score summary and trends, traffic and latency, services, judge usage, firing alerts."""
         window = window_of(params)
-        service = params.get("service") or None
+        scope = scope_of(params, self._dimensions)
+        by = _dimension(params, "by", self._dimensions)
         step = queries.bucket_seconds(window)
-        (totals,) = self._rows(queries.totals_sql(window, service))
-        (judge,) = self._rows(queries.judge_usage_sql(window, service))
+        (totals,) = self._rows(queries.totals_sql(window, scope))
+        (judge,) = self._rows(queries.judge_usage_sql(window, scope))
         judge["cost_usd"] = self._prices.cost(int(judge["input_tokens"]), int(judge["output_tokens"]))
-        return {
+        found = {
             "window": window.describe(),
-            "service": service,
+            "service": scope.service,
+            "probe": scope.probe,
+            "slice": scope.slice_label,
+            "by": by,
+            "dimensions": {
+                name: [r["value"] for r in self._rows(queries.dimension_values_sql(window, scope, name))]
+                for name in self._dimensions
+            },
             "bucket_seconds": step,
             "buckets": queries.bucket_starts(window, step),
             "totals": totals,
-            "scores": self._rows(queries.score_summary_sql(window, service)),
-            "score_series": self._rows(queries.score_series_sql(window, service, step)),
-            "traffic": self._rows(queries.traffic_series_sql(window, service, step)),
-            "services": self._rows(queries.services_sql(window)),
+            "scores": self._rows(queries.score_summary_sql(window, scope)),
+            "score_series": self._rows(queries.score_series_sql(window, scope, step)),
+            "traffic": self._rows(queries.traffic_series_sql(window, scope, step)),
+            "services": self._rows(queries.services_sql(window, scope)),
             "judge": judge,
             "firing_alerts": self._rows(queries.FIRING_ALERTS_SQL),
         }
+        if by is not None:
+            found["slice_scores"] = self._rows(queries.score_summary_sql(window, scope, by))
+            found["slice_series"] = self._rows(queries.score_series_sql(window, scope, step, by))
+        return found
 
     def regressions(self, params: Params) -> dict[str, Any]:
         """Each service's scores in the window against the window just before it (or `baseline`
@@ -86,7 +102,8 @@ class DashboardData:
         if shift < window.seconds:
             raise BadParameter("baseline: at least the window's length (the two windows must not overlap)")
         baseline = Baseline(shift=shift)
-        comparisons = compare(self._rows, window, baseline, params.get("service") or None, self._regression)
+        scope = scope_of(params, self._dimensions)
+        comparisons = compare(self._rows, window, baseline, scope, self._regression)
         return {
             "window": window.describe(),
             "baseline": window.shifted(shift).describe(),
@@ -95,7 +112,7 @@ class DashboardData:
 
     def traces(self, params: Params) -> dict[str, Any]:
         """One page of traces, filtered and sorted, with the number the filters match."""
-        f = trace_filter(params)
+        f = trace_filter(params, self._dimensions)
         traces = self._rows(queries.trace_page_sql(f))
         if f.filters_scores and traces:
             total = traces[0]["total"]
@@ -137,6 +154,19 @@ class DashboardData:
             "canary_runs": self._rows(queries.CANARY_RUNS_SQL),
         }
 
+    def probe_runs(self, params: Params) -> dict[str, Any]:
+        """Recent probe runs, newest first (`probe`: of one probe; `limit`, default 20)."""
+        probe = params.get("probe") or None
+        limit = _integer(params, "limit", 20, 1, MAX_PAGE)
+        return {"probe": probe, "runs": probe_report.list_runs(self._rows, probe, limit)}
+
+    def probe_run(self, run_id: str, params: Params) -> dict[str, Any]:
+        """One probe run and its cases (`latest`: the newest, of `probe` when given); `UnknownRun`
+        when there is none."""
+        if not 0 < len(run_id) <= 64:
+            raise BadParameter("run_id: a probe run id, or latest")
+        return probe_report.probe_report(self._rows, run_id, params.get("probe") or None)
+
 
 def window_of(params: Params) -> Window:
     """`[until - since, until)` from the parameters (`since` default 24h, `until` default now)."""
@@ -152,8 +182,31 @@ def window_of(params: Params) -> Window:
         raise BadParameter("since and until: the window falls outside the calendar") from None
 
 
-def trace_filter(params: Params) -> TraceFilter:
+def _dimension(params: Params, key: str, dimensions: Sequence[str]) -> str | None:
+    name = params.get(key) or None
+    if name is not None and name not in dimensions:
+        raise BadParameter(f"{key}: not a declared dimension ({', '.join(dimensions) or 'none declared'})")
+    return name
+
+
+def scope_of(params: Params, dimensions: Sequence[str]) -> Scope:
+    """The scores and traces a view counts: `service`, `probe` (default: the app's own traffic),
+    `slice` (`DIMENSION=VALUE`)."""
+    where: dict[str, str | None] = {}
+    if params.get("slice"):
+        try:
+            where = parse_slices([params["slice"]])
+        except ValueError as exc:
+            raise BadParameter(f"slice: {exc}") from None
+        unknown = sorted(set(where) - set(dimensions))
+        if unknown:
+            raise BadParameter(f"slice: not a declared dimension: {', '.join(unknown)}")
+    return Scope.of(params.get("service") or None, params.get("probe") or None, where)
+
+
+def trace_filter(params: Params, dimensions: Sequence[str] = ()) -> TraceFilter:
     """The trace list's filters, sort and page from the parameters."""
+    scope = scope_of(params, dimensions)
     sort = params.get("sort", "start_time")
     if sort not in SORT_KEYS:
         raise BadParameter(f"sort: one of {', '.join(SORT_KEYS)}")
@@ -165,7 +218,9 @@ def trace_filter(params: Params) -> TraceFilter:
         raise BadParameter("score and below go together: score=NAME&below=VALUE")
     return TraceFilter(
         window=window_of(params),
-        service=params.get("service") or None,
+        service=scope.service,
+        probe=scope.probe,
+        slices=scope.slices,
         status=params.get("status") or None,
         score=params.get("score") or None,
         below=below,
@@ -221,4 +276,5 @@ def dashboard_data(rows: Rows, config: Config) -> DashboardData:
         rows,
         JudgePrices(judge.input_cost_per_million, judge.output_cost_per_million),
         RegressionSettings(monitoring.alpha, monitoring.min_effect, monitoring.min_samples),
+        [d.name for d in monitoring.dimensions],
     )

@@ -7,10 +7,11 @@ into the API's JSON is plain functions, so both halves are testable without a se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from collector.monitoring.scope import Scope, check_dimension, slice_values_sql
 from collector.monitoring.windows import Window, sql_string
 
 SortKey = Literal["start_time", "duration_ms", "worst"]
@@ -43,10 +44,6 @@ def bucket_seconds(window: Window, points: int = 60) -> int:
     return max(60, round(seconds / 60) * 60)
 
 
-def _service(column: str, service: str | None) -> str:
-    return "" if service is None else f" AND {column} = {sql_string(service)}"
-
-
 # Over summed `score_aggregates` rows: the figures `ragpulse check` gates on (the mean over scores
 # with a value, the pass and error rates over scores that applied).
 _FIGURES = (
@@ -56,23 +53,33 @@ _FIGURES = (
 )
 
 
-def score_summary_sql(window: Window, service: str | None) -> str:
-    """Per score name over the window: counts, mean of values, pass and error rates."""
+def _split(by: str | None) -> str:
+    """The column a split by a dimension adds (as `slice`)."""
+    return "" if by is None else f'"{check_dimension(by)}" AS slice, '
+
+
+def score_summary_sql(window: Window, scope: Scope, by: str | None = None) -> str:
+    """Per score name (and value of `by`) over the window: counts, mean of values, pass and error rates."""
     return (
-        "SELECT name, sum(n) AS n, sum(n_pass) AS n_pass, sum(n_fail) AS n_fail, sum(n_error) AS n_error, "
-        f"sum(n_skipped) AS n_skipped, {_FIGURES} "
-        f"FROM score_aggregates WHERE {window.sql('bucket')}{_service('service_name', service)} "
-        "GROUP BY name ORDER BY name"
+        f"SELECT name, {_split(by)}sum(n) AS n, sum(n_pass) AS n_pass, sum(n_fail) AS n_fail, "
+        f"sum(n_error) AS n_error, sum(n_skipped) AS n_skipped, {_FIGURES} "
+        f"FROM score_aggregates WHERE {window.sql('bucket')} AND {scope.sql()} "
+        f"GROUP BY ALL ORDER BY name{'' if by is None else ', n DESC, slice NULLS LAST'}"
     )
 
 
-def score_series_sql(window: Window, service: str | None, step: int) -> str:
-    """Per chart bucket and score name: mean, pass rate, error rate, count."""
+def score_series_sql(window: Window, scope: Scope, step: int, by: str | None = None) -> str:
+    """Per chart bucket and score name (and value of `by`): mean, pass rate, error rate, count."""
     return (
-        f"SELECT time_bucket(INTERVAL {step} SECOND, bucket) AS t, name, sum(n) AS n, {_FIGURES} "
-        f"FROM score_aggregates WHERE {window.sql('bucket')}{_service('service_name', service)} "
-        "GROUP BY ALL ORDER BY t, name"
+        f"SELECT time_bucket(INTERVAL {step} SECOND, bucket) AS t, name, {_split(by)}sum(n) AS n, {_FIGURES} "
+        f"FROM score_aggregates WHERE {window.sql('bucket')} AND {scope.sql()} "
+        f"GROUP BY ALL ORDER BY t, name{'' if by is None else ', slice NULLS LAST'}"
     )
+
+
+def dimension_values_sql(window: Window, scope: Scope, dimension: str) -> str:
+    """The values a dimension took in the window (most scores first): the dashboard's choices."""
+    return slice_values_sql(window, scope, dimension)
 
 
 # Over a set of `traces` rows: how many, how many failed, and their latency (total, retrieval, generation).
@@ -83,37 +90,37 @@ _TRAFFIC = (
 )
 
 
-def traffic_series_sql(window: Window, service: str | None, step: int) -> str:
+def traffic_series_sql(window: Window, scope: Scope, step: int) -> str:
     """Per chart bucket: traces, errors, and latency (total, retrieval, generation)."""
     return (
         f"SELECT time_bucket(INTERVAL {step} SECOND, start_time) AS t, {_TRAFFIC} "
-        f"FROM traces WHERE {window.sql('start_time')}{_service('service_name', service)} "
+        f"FROM traces WHERE {window.sql('start_time')} AND {scope.sql()} "
         "GROUP BY ALL ORDER BY t"
     )
 
 
-def totals_sql(window: Window, service: str | None) -> str:
-    """The window's traces together (one service or all): count, errors, latency."""
-    where = f"{window.sql('start_time')}{_service('service_name', service)}"
-    return f"SELECT {_TRAFFIC} FROM traces WHERE {where}"
+def totals_sql(window: Window, scope: Scope) -> str:
+    """The window's traces in the scope together: count, errors, latency."""
+    return f"SELECT {_TRAFFIC} FROM traces WHERE {window.sql('start_time')} AND {scope.sql()}"
 
 
-def services_sql(window: Window) -> str:
-    """Per service over the window: traces, errors, latency, tokens."""
+def services_sql(window: Window, scope: Scope) -> str:
+    """Per service over the window (the scope's probe and slices): traces, errors, latency, tokens."""
     return (
         f"SELECT service_name, {_TRAFFIC}, "
         "sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens "
-        f"FROM traces WHERE {window.sql('start_time')} GROUP BY ALL ORDER BY traces DESC"
+        f"FROM traces WHERE {window.sql('start_time')} AND {replace(scope, service=None).sql()} "
+        "GROUP BY ALL ORDER BY traces DESC"
     )
 
 
-def judge_usage_sql(window: Window, service: str | None) -> str:
+def judge_usage_sql(window: Window, scope: Scope) -> str:
     """Judge calls (a judge score each), their errors, tokens and latency over the window."""
     return (
         "SELECT count(*) AS calls, count(*) FILTER (status = 'error') AS errors, "
         "coalesce(sum(judge_input_tokens), 0) AS input_tokens, "
         "coalesce(sum(judge_output_tokens), 0) AS output_tokens, avg(latency_ms) AS mean_latency_ms "
-        f"FROM scores WHERE evaluator = 'judge' AND {window.sql('bucket')}{_service('service_name', service)}"
+        f"FROM scores WHERE evaluator = 'judge' AND {window.sql('bucket')} AND {scope.sql()}"
     )
 
 
@@ -129,6 +136,8 @@ class TraceFilter:
 
     window: Window
     service: str | None = None
+    probe: str | None = None  # a probe's traces (None: the app's own)
+    slices: tuple[tuple[str, str | None], ...] = ()  # (dimension, value): None, traces without one
     status: str | None = None  # traces.status: ok | error
     score: str | None = None  # with `below`: traces whose score `score` is below the value
     below: float | None = None
@@ -148,6 +157,11 @@ class TraceFilter:
         clauses = [self.window.sql("t.start_time")]
         if self.service is not None:
             clauses.append(f"t.service_name = {sql_string(self.service)}")
+        # As every view: the app's own traffic, or one probe's (never the two mixed).
+        clauses.append("t.probe IS NULL" if self.probe is None else f"t.probe = {sql_string(self.probe)}")
+        for dimension, value in self.slices:
+            column = f't."{check_dimension(dimension)}"'
+            clauses.append(f"{column} IS NULL" if value is None else f"{column} = {sql_string(value)}")
         if self.status is not None:
             clauses.append(f"t.status = {sql_string(self.status)}")
         if self.score is not None and self.below is not None:

@@ -21,7 +21,8 @@ from typing import Any, Literal
 from collector.monitoring.config import AlertRule, MonitoringConfig
 from collector.monitoring.gates import Gate, GateKind, Query, check_gates
 from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
-from collector.monitoring.windows import Window
+from collector.monitoring.scope import Scope, slice_values
+from collector.monitoring.windows import Window, sql_string
 
 ObservationStatus = Literal["firing", "ok", "insufficient"]
 _CONDITIONS: tuple[GateKind, ...] = ("min", "min_pass_rate", "max_error_rate")
@@ -60,6 +61,7 @@ class Observation:
     value: float | None
     n: int
     detail: str
+    slice: str | None = None  # the slice of a rule with `by` (`category=refunds`)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class AlertState:
     resolved_at: datetime | None
     last_notified_at: datetime | None
     evaluated_at: datetime
+    slice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class AlertEvent:
     window_seconds: float
     started_at: datetime | None
     message: str
+    slice: str | None = None
 
 
 def gate_of(rule: AlertRule) -> Gate | None:
@@ -114,17 +118,43 @@ def condition_text(rule: AlertRule) -> str:
     gate = gate_of(rule)
     if gate is not None:
         return gate.describe()
+    if rule.max_unanswered is not None:
+        return f"at most {rule.max_unanswered} unanswered request(s) in a run of probe {rule.probe}"
+    if rule.max_missing_traces is not None:
+        return f"at most {rule.max_missing_traces} request(s) without a trace in a run of probe {rule.probe}"
     assert rule.regression is not None
     return f"{rule.score} no lower than {_seconds(rule.regression.baseline)} earlier"
 
 
+def scope_of(rule: AlertRule) -> Scope:
+    """The scores a rule watches: its service, probe and slice."""
+    return Scope.of(rule.service, rule.probe, dict(rule.slice))
+
+
 def observe(rule: AlertRule, query: Query, now: datetime, monitoring: MonitoringConfig) -> list[Observation]:
-    """Evaluate the rule's condition over the window ending now."""
+    """Evaluate the rule's condition over the window ending now: one observation for the rule's
+    scope, or one per slice (`by`), or per service (a regression)."""
+    if rule.max_unanswered is not None or rule.max_missing_traces is not None:
+        return [_probe_run_observation(rule, query)]
     window = Window.ending(now, rule.window)
+    scope = scope_of(rule)
+    if rule.by is None:
+        return _observe_scope(rule, query, window, scope, monitoring)
+    return [
+        replace(seen, slice=sliced.slice_label)
+        for value in slice_values(query, window, scope, rule.by)
+        for sliced in [scope.with_slice(rule.by, value)]
+        for seen in _observe_scope(rule, query, window, sliced, monitoring)
+    ]
+
+
+def _observe_scope(
+    rule: AlertRule, query: Query, window: Window, scope: Scope, monitoring: MonitoringConfig
+) -> list[Observation]:
     samples = rule.min_samples or monitoring.min_samples
     gate = gate_of(rule)
     if gate is not None:
-        (result,) = check_gates(query, [gate], window, rule.service, samples).results
+        (result,) = check_gates(query, [gate], window, scope, samples).results
         status = _GATE_TO_ALERT[result.status]
         value = "-" if result.value is None else f"{result.value:.3f}"
         detail = f"{gate.score or 'all scores'} {gate.figure} {value} (n={result.n})"
@@ -138,7 +168,7 @@ def observe(rule: AlertRule, query: Query, now: datetime, monitoring: Monitoring
         min_samples=samples,
     )
     baseline = Baseline(shift=rule.regression.baseline)
-    comparisons = compare(query, window, baseline, rule.service, settings, names=[rule.score])
+    comparisons = compare(query, window, baseline, scope, settings, names=[rule.score])
     by_service: dict[str | None, list[Comparison]] = {}
     for comparison in comparisons:
         by_service.setdefault(comparison.service, []).append(comparison)
@@ -163,6 +193,30 @@ def _regression_observation(service: str | None, comparisons: list[Comparison]) 
     return Observation(service, status, shown.recent, shown.n_recent, detail)
 
 
+def _probe_run_observation(rule: AlertRule, query: Query) -> Observation:
+    """The probe's latest finished run against the rule's bound (no run yet: insufficient)."""
+    assert rule.probe is not None
+    rows = query(
+        "SELECT run_id, cases, answered, errors, missing_traces FROM probe_runs "
+        f"WHERE probe = {sql_string(rule.probe)} AND status = 'done' ORDER BY finished_at DESC LIMIT 1"
+    )
+    if not rows:
+        return Observation(None, "insufficient", None, 0, f"no finished run of probe {rule.probe}")
+    run = rows[0]
+    if rule.max_unanswered is not None:
+        count, bound, what = int(run["errors"] or 0), rule.max_unanswered, "unanswered request(s)"
+    else:
+        assert rule.max_missing_traces is not None
+        count, bound, what = (
+            int(run["missing_traces"] or 0),
+            rule.max_missing_traces,
+            "request(s) without a trace",
+        )
+    detail = f"probe {rule.probe} run {run['run_id']}: {count} {what} of {int(run['cases'] or 0)}"
+    status: ObservationStatus = "firing" if count > bound else "ok"
+    return Observation(None, status, float(count), int(run["cases"] or 0), detail)
+
+
 def step(
     spec: AlertSpec,
     previous: AlertState | None,
@@ -178,6 +232,7 @@ def step(
     state = AlertState(
         alert=spec.name,
         service_name=seen.service,
+        slice=seen.slice,
         state="firing" if seen.status == "firing" else "ok",
         severity=spec.severity,
         score=spec.score,
@@ -213,6 +268,8 @@ def _event(
     now: datetime,
 ) -> AlertEvent:
     scope = f"service {seen.service}" if seen.service else "every service"
+    if seen.slice:
+        scope += f", slice {seen.slice}"
     if kind == "firing":
         lead = "[FIRING again]" if repeat else "[FIRING]"
         message = f"{lead} {spec.name} ({spec.severity}): {seen.detail}; expected {state.condition}"
@@ -225,6 +282,7 @@ def _event(
         time=now,
         alert=spec.name,
         service_name=seen.service,
+        slice=seen.slice,
         state=kind,
         repeat=repeat,
         severity=spec.severity,
@@ -247,6 +305,7 @@ def event_payload(event: AlertEvent) -> dict[str, Any]:
         "severity": event.severity,
         "score": event.score,
         "service": event.service_name,
+        "slice": event.slice,
         "condition": event.condition,
         "value": event.value,
         "n": event.n,

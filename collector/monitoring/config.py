@@ -28,17 +28,29 @@ class RegressionCondition(Section):
     alpha: float | None = Field(None, gt=0, lt=1)  # default: monitoring.alpha
 
 
+PROBE_RUN_CONDITIONS = ("max_unanswered", "max_missing_traces")
+ALERT_CONDITIONS = ("min", "min_pass_rate", "max_error_rate", "regression", *PROBE_RUN_CONDITIONS)
+
+
 class AlertRule(Section):
     """One alert: a score (and service), one condition, a window, and who to notify."""
 
     name: str = Field(min_length=1)
     score: str | None = None  # None only with max_error_rate: every score together
     service: str | None = None  # None: every service together (regression: each service apart)
+    probe: str | None = None  # a probe's traffic (`probes:`) instead of the app's own
+    # Only scores of these slices ({dimension: value}); `by`: each value of a dimension apart.
+    slice: dict[str, str] = Field(default_factory=dict)
+    by: str | None = None
     # The condition, exactly one of:
     min: float | None = Field(None, ge=0, le=1)  # the mean of the score's values
     min_pass_rate: float | None = Field(None, ge=0, le=1)
     max_error_rate: float | None = Field(None, ge=0, le=1)
     regression: RegressionCondition | None = None
+    # Conditions on the probe's latest finished run (need `probe`): requests the app did not answer,
+    # and answered requests whose trace never arrived (the app's tracing is broken).
+    max_unanswered: int | None = Field(None, ge=0)
+    max_missing_traces: int | None = Field(None, ge=0)
     window: float = Field(600.0, gt=0)  # seconds of scores the condition looks at
     min_samples: int | None = Field(None, ge=1)  # default: monitoring.min_samples
     severity: Severity = "warning"
@@ -46,16 +58,18 @@ class AlertRule(Section):
 
     @model_validator(mode="after")
     def _one_condition(self) -> Self:
-        given = [
-            k
-            for k in ("min", "min_pass_rate", "max_error_rate", "regression")
-            if getattr(self, k) is not None
-        ]
+        given = [k for k in ALERT_CONDITIONS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
-                "an alert has exactly one condition of min, min_pass_rate, max_error_rate, regression; "
+                f"an alert has exactly one condition of {', '.join(ALERT_CONDITIONS)}; "
                 f"got {', '.join(given) or 'none'}"
             )
+        if given[0] in PROBE_RUN_CONDITIONS:
+            if self.probe is None:
+                raise ValueError(f"an alert on {given[0]} watches a probe's runs: it needs probe")
+            if self.score or self.service or self.slice or self.by:
+                raise ValueError(f"an alert on {given[0]} takes no score, service, slice or by")
+            return self
         if self.score is None and given[0] != "max_error_rate":
             raise ValueError(f"an alert on {given[0]} needs a score")
         if self.regression is not None and self.regression.baseline < self.window:
@@ -81,6 +95,34 @@ class CanaryConfig(Section):
     notify: list[str] = Field(default_factory=list)
 
 
+# Slice dimension names become columns of `traces`, `scores` and `score_aggregates`.
+DIMENSION_NAME = r"^[a-z][a-z0-9_]{0,62}$"
+
+
+class DimensionConfig(Section):
+    """A slice dimension: a span attribute or a resource attribute whose value cuts the aggregates,
+    gates, alerts and dashboard (`category` from `rag.category`, `version` from `service.version`)."""
+
+    name: str = Field(pattern=DIMENSION_NAME)
+    attribute: str | None = Field(None, min_length=1)  # a span attribute (the root span's first)
+    resource: str | None = Field(None, min_length=1)  # a resource attribute
+    # The values kept apart: the most frequent ones; the rest are counted as `other`.
+    max_values: int = Field(20, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.attribute is None) == (self.resource is None):
+            raise ValueError("a dimension reads exactly one of attribute or resource")
+        from collector.store.tables import SCORE_AGGREGATES, SCORES, TRACES
+
+        taken = {*TRACES.column_names, *SCORES.column_names, *SCORE_AGGREGATES.column_names}
+        if self.name in taken:
+            raise ValueError(
+                f"dimension name {self.name!r} is already a column of traces, scores or aggregates"
+            )
+        return self
+
+
 class MonitoringConfig(Section):
     # Scores a gate, an alert or a regression test needs in a window before it decides.
     min_samples: int = Field(20, ge=1)
@@ -101,6 +143,10 @@ class MonitoringConfig(Section):
     # it is delivered: none is dropped (pending ones are counted in /metrics).
     retry_initial: float = Field(2.0, gt=0)
     retry_max: float = Field(300.0, gt=0)
+    # Slice dimensions: columns of `traces`, `scores` and `score_aggregates` (`check --by NAME`).
+    dimensions: list[DimensionConfig] = Field(default_factory=list)
+    # How often each dimension's kept values are ranked again by traffic (seconds).
+    dimension_rerank_every: float = Field(3600.0, gt=0)
 
     @model_validator(mode="after")
     def _names(self) -> Self:
@@ -108,10 +154,19 @@ class MonitoringConfig(Section):
         alerts = [a.name for a in self.alerts]
         if self.canaries is not None:
             alerts += [f"{self.canaries.name}-accuracy", f"{self.canaries.name}-shift"]
-        for kind, names in (("webhook", hooks), ("alert", alerts)):
+        dimensions = [d.name for d in self.dimensions]
+        for kind, names in (("webhook", hooks), ("alert", alerts), ("dimension", dimensions)):
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
                 raise ValueError(f"{kind} names must be unique; repeated: {', '.join(repeated)}")
+        declared = set(dimensions)
+        for alert in self.alerts:
+            unknown = sorted({*alert.slice, *([alert.by] if alert.by else [])} - declared)
+            if unknown:
+                raise ValueError(
+                    f"alert {alert.name!r} cuts by undeclared dimension(s) {', '.join(unknown)} "
+                    "(declare them in monitoring.dimensions)"
+                )
         notifying = [(f"alert {a.name!r}", a.notify) for a in self.alerts]
         if self.canaries is not None:
             notifying.append(("canaries", self.canaries.notify))

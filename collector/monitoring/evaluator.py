@@ -63,18 +63,21 @@ class AlertBook:
             return self._record(seen, now)
 
     def _record(self, seen: Sequence[tuple[AlertSpec, Observation]], now: datetime) -> list[AlertEvent]:
-        previous = {(r["alert"], r["service_name"]): _state(r) for r in self._store.read_alerts().to_pylist()}
+        previous = {
+            (r["alert"], r["service_name"], r["slice"]): _state(r)
+            for r in self._store.read_alerts().to_pylist()
+        }
         states: list[AlertState] = []
         events: list[AlertEvent] = []
         notifications: list[dict[str, Any]] = []
         for spec, observation in seen:
-            key = (spec.name, observation.service)
+            key = (spec.name, observation.service, observation.slice)
             state, event = step(spec, previous.get(key), observation, now, self._config.renotify_every)
             if state is not None:
                 states.append(state)
-                self._metrics.alerts_firing.labels(spec.name, observation.service or "").set(
-                    state.state == "firing"
-                )
+                self._metrics.alerts_firing.labels(
+                    spec.name, observation.service or "", observation.slice or ""
+                ).set(state.state == "firing")
             if event is None:
                 continue
             events.append(event)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from collector.monitoring.scope import Scope, slice_values
 from collector.monitoring.stats import Interval, mean_interval, wilson_interval
 from collector.monitoring.windows import Window, sql_string
 
@@ -113,16 +114,15 @@ class GateResult:
 @dataclass
 class GateReport:
     window: Window
-    service: str | None
+    scope: Scope
     results: list[GateResult] = field(default_factory=list)
 
 
-def counts_sql(window: Window, service: str | None, names: Iterable[str] | None = None) -> str:
-    """Counts per score name over the window, from `score_aggregates` (a row per minute, service and
-    name, so a day is about 1,440 rows per name and service, whatever the traffic)."""
-    where = [window.sql("bucket")]
-    if service is not None:
-        where.append(f"service_name = {sql_string(service)}")
+def counts_sql(window: Window, scope: Scope, names: Iterable[str] | None = None) -> str:
+    """Counts per score name over the window and scope, from `score_aggregates` (a row per minute,
+    service, name, probe and slice, so a day is about 1,440 rows per name and slice, whatever the
+    traffic)."""
+    where = [window.sql("bucket"), scope.sql()]
     if names is not None:
         where.append("name IN (" + ", ".join(sql_string(n) for n in sorted(set(names))) + ")")
     return (
@@ -134,11 +134,11 @@ def counts_sql(window: Window, service: str | None, names: Iterable[str] | None 
 
 
 def read_counts(
-    query: Query, window: Window, service: str | None, names: Iterable[str] | None = None
+    query: Query, window: Window, scope: Scope, names: Iterable[str] | None = None
 ) -> dict[str, Counts]:
-    """Counts per score name over the window."""
+    """Counts per score name over the window and scope."""
     counts = {}
-    for row in query(counts_sql(window, service, names)):
+    for row in query(counts_sql(window, scope, names)):
         counts[row["name"]] = Counts(
             int(row["n"]),
             int(row["n_pass"]),
@@ -182,12 +182,29 @@ def check_gates(
     query: Query,
     gates: Sequence[Gate],
     window: Window,
-    service: str | None,
+    scope: Scope,
     min_samples: int,
     confidence: float = 0.95,
 ) -> GateReport:
-    """Evaluate every gate over one window (one query)."""
+    """Evaluate every gate over one window and scope (one query)."""
     names = None if any(g.score is None for g in gates) else [g.score for g in gates if g.score]
-    counts = read_counts(query, window, service, names)
+    counts = read_counts(query, window, scope, names)
     results = [evaluate(gate, counts, min_samples, confidence) for gate in gates]
-    return GateReport(window, service, results)
+    return GateReport(window, scope, results)
+
+
+def check_gates_by(
+    query: Query,
+    gates: Sequence[Gate],
+    window: Window,
+    scope: Scope,
+    dimension: str,
+    min_samples: int,
+    confidence: float = 0.95,
+) -> list[GateReport]:
+    """Every gate over each value the dimension took in the window (a report per slice, most scores
+    first; none when the window has no scores)."""
+    return [
+        check_gates(query, gates, window, scope.with_slice(dimension, value), min_samples, confidence)
+        for value in slice_values(query, window, scope, dimension)
+    ]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from collector.monitoring.gates import Query
+from collector.monitoring.scope import Scope
 from collector.monitoring.stats import holm, mann_whitney_drop_p, proportion_drop_p
 from collector.monitoring.windows import Window, sql_string
 
@@ -98,9 +99,7 @@ def _version_traces(version: str, negate: bool = False) -> str:
     )
 
 
-def comparison_sql(
-    recent: Window, baseline: Baseline, service: str | None, names: Sequence[str] | None
-) -> str:
+def comparison_sql(recent: Window, baseline: Baseline, scope: Scope, names: Sequence[str] | None) -> str:
     """Per (service, score name): both windows' counts, pass counts, value sums, and the recent
     values' rank sum and tie term in the pooled values (Mann-Whitney)."""
     if baseline.version is not None:
@@ -115,9 +114,7 @@ def comparison_sql(
         assert baseline.shift is not None
         in_recent = recent.sql()
         in_baseline = recent.shifted(baseline.shift).sql()
-    where = [f"({in_recent} OR {in_baseline})", "status <> 'skipped'"]
-    if service is not None:
-        where.append(f"service_name = {sql_string(service)}")
+    where = [f"({in_recent} OR {in_baseline})", "status <> 'skipped'", scope.sql()]
     if names:
         where.append("name IN (" + ", ".join(sql_string(n) for n in sorted(set(names))) + ")")
     return f"""
@@ -157,12 +154,13 @@ def compare(
     query: Query,
     recent: Window,
     baseline: Baseline,
-    service: str | None,
+    scope: Scope,
     settings: RegressionSettings,
     names: Sequence[str] | None = None,
 ) -> list[Comparison]:
-    """Every comparison of the run, tested and corrected (`detect`)."""
-    rows = query(comparison_sql(recent, baseline, service, names))
+    """Every comparison of the run (per service and score, within the scope), tested and corrected
+    (`detect`)."""
+    rows = query(comparison_sql(recent, baseline, scope, names))
     return detect(rows, settings)
 
 

@@ -45,6 +45,7 @@ from collector.processors.mapping_job import (
     run_worker_job,
 )
 from collector.processors.scoring import ScoringSetup, record_metrics, scored_received_times
+from collector.processors.slices import Dimension, SliceCaps
 from collector.store.base import Store
 from collector.store.span_records import SPAN_COLUMNS
 from collector.telemetry import Metrics
@@ -132,8 +133,16 @@ class TraceAssembler:
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         scoring: ScoringSetup | None = None,
+        dimensions: Sequence[Dimension] = (),
+        caps: SliceCaps | None = None,
     ) -> None:
         self._config = config
+        # Slice dimensions the mapping job reads, and the cap on their values applied here.
+        self._dimensions = tuple(dimensions)
+        self._caps = caps
+        # The span columns held for mapping: resources only when a dimension reads one.
+        resources = ["resource_attributes"] if any(d.resource for d in dimensions) else []
+        self._span_columns = [*SPAN_COLUMNS, "received_at", *resources]
         self._metrics = metrics
         self._clock = clock
         self._store = store
@@ -286,7 +295,7 @@ class TraceAssembler:
         unless they were not kept or `max_held_spans` are held already: then they are read back
         from the store."""
         batch = arrivals.batch
-        spans = None if batch is None else batch.spans.select([*SPAN_COLUMNS, "received_at"])
+        spans = None if batch is None else batch.spans.select(self._span_columns)
         batch_id = self._next_batch
         self._next_batch += 1
         touched: set[str] = set()
@@ -450,7 +459,14 @@ class TraceAssembler:
         for trace_id, _, _ in ready:
             if trace_id not in with_spans:
                 self._remember(trace_id, self._assembled.get(trace_id, 0))  # its events are stored
-        job = MapJob(spans, events, counts, int(time.time() * 1_000_000), self._cases_version)
+        job = MapJob(
+            spans,
+            events,
+            counts,
+            int(time.time() * 1_000_000),
+            self._cases_version,
+            dimensions=self._dimensions,
+        )
         return _Prepared(job, counts, started)
 
     def _submit(self, job: MapJob) -> Future[MapResult]:
@@ -483,6 +499,8 @@ class TraceAssembler:
             result = self._run_here(prepared.job).result()
         counts = prepared.counts
         replace = [t for t, (_, count) in counts.items() if count > 1]
+        if self._caps is not None:
+            result.tables.traces = self._caps.apply(result.tables.traces, self._clock())
         self._store.write_traces(result.tables, replace)
         tables = result.tables
         record_metrics(
@@ -518,6 +536,7 @@ class TraceAssembler:
                 event_parts.append(held.events.filter(pc.is_in(held.events["trace_id"], value_set=wanted)))
         if from_store:
             spans, events = self._store.read_spans(from_store)
+            spans = spans.select(self._span_columns)
             span_parts.append(spans.cast(span_parts[0].schema) if span_parts else spans)
             event_parts.append(events)
         if not span_parts:

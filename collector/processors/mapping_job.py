@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from collector.datasets import normalize_question
 from collector.processors.scoring import ScoringSetup, score_rows, score_trace
+from collector.processors.slices import Dimension, span_resources, trace_slices
 from collector.store.span_records import last_received, records_by_trace, span_records
 from collector.store.trace_rows import AssembledTrace, TraceTables, trace_tables
 from evaluators.text import Evaluator
@@ -45,6 +46,7 @@ class MapJob:
     now_us: int
     cases_version: int
     cases: CaseIndex | None = None  # None: the worker's cached index (same version) still holds
+    dimensions: tuple[Dimension, ...] = ()  # `monitoring.dimensions`: columns the traces rows get
 
 
 @dataclass
@@ -123,6 +125,7 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
         _cached_cases = (job.cases_version, job.cases)
     cases = _cached_cases[1] if _cached_cases[0] == job.cases_version else CaseIndex()
     received = last_received(job.spans, job.events)
+    resources = span_resources(job.spans, [d.resource for d in job.dimensions if d.resource])
     assembled = []
     scored = []
     for trace_id, spans in records_by_trace(span_records(job.spans, job.events)).items():
@@ -132,6 +135,7 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
         trace = map_trace(spans)
         item = AssembledTrace(trace, reason, count, received.get(trace_id))
         item.case_match = match_case(trace, cases)
+        item.slices = trace_slices(trace.root_span_id, spans, job.dimensions, resources)
         if scoring is not None:
             result = score_trace(trace, spans, scoring.setup, scoring.evaluators)
             item.sample_decision, item.sample_reason = result.decision.decision, result.decision.reason
@@ -139,7 +143,7 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
             if result.scores:
                 scored.append((trace, count, result.scores))
         assembled.append(item)
-    tables = trace_tables(assembled, job.now_us)
+    tables = trace_tables(assembled, job.now_us, [d.name for d in job.dimensions])
     if scored and scoring is not None:
         rows = score_rows(scored, "deterministic", job.now_us, scoring.setup.export_events)
         tables.scores, tables.events, tables.outbox = rows.scores, rows.events, rows.outbox

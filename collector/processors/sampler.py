@@ -7,13 +7,15 @@
   subset of the deterministically scored ones.
 - **Rules** (`sampling.rules`, first match wins) match on service, trace status, span attributes
   and duration, and replace the rates they set.
+- **Probes** (`probes:`): a trace a probe sent (a span with `rag.probe`) is always scored by every
+  evaluator: the golden question's references are what make it worth sending.
 - **Budgets** (`TokenBucket`) are applied later, by the judge stage, when it takes a trace: a trace
   it cannot afford keeps its deterministic scores and its reason becomes `throttled` (calls per
   minute) or `over_budget` (tokens per day).
 
 Decisions (`traces.sample_decision`): `judge` (deterministic and judge evaluators), `deterministic`
 (deterministic only), `skip` (not scored). Reasons (`traces.sample_reason`): `sampled`,
-`not_sampled`, `rule:<name>`, `not_applicable` (no RAG step to score), `throttled`, `over_budget`.
+`not_sampled`, `rule:<name>`, `probe`, `not_applicable` (no RAG step to score), `throttled`, `over_budget`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class TraceFacts:
     duration_ms: float | None
     attributes: Iterable[Mapping[str, Any]]  # every span's attributes
     applicable: bool = True  # False: nothing to score (no RAG step)
+    probe: str | None = None  # the probe that sent the request (`rag.probe`)
 
 
 def trace_hash(trace_id: str) -> int:
@@ -65,6 +68,8 @@ def decide(facts: TraceFacts, config: SamplingConfig) -> Decision:
     """The sampling decision for one complete trace."""
     if not facts.applicable:
         return Decision("skip", "not_applicable")
+    if facts.probe is not None:
+        return Decision("judge", "probe")
     rate, judge_rate, reason = config.rate, config.judge_rate, None
     rule = first_matching_rule(facts, config.rules)
     if rule is not None:

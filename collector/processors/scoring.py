@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from collector.processors.config import SamplingConfig
 from collector.processors.sampler import Decision, TraceFacts, decide
+from collector.processors.slices import PROBE_ATTRIBUTE
 from collector.store.tables import EVALUATION_OUTBOX, SCORES, SPAN_EVENTS, WRITEBACK_SOURCE
 from collector.telemetry import Metrics
 from evaluators.registry import build_evaluators, uses_judge
@@ -104,8 +105,9 @@ class ScoredTrace:
         return "pending" if self.decision.judge else None
 
 
-def sample(trace: RagTrace, spans: Iterable[SpanRecord], config: SamplingConfig) -> Decision:
+def sample(trace: RagTrace, spans: Sequence[SpanRecord], config: SamplingConfig) -> Decision:
     """The sampling decision of a mapped trace (spans give the rules their attributes)."""
+    probe = next((s.attributes[PROBE_ATTRIBUTE] for s in spans if PROBE_ATTRIBUTE in s.attributes), None)
     facts = TraceFacts(
         trace_id=trace.trace_id,
         service_name=trace.service_name,
@@ -113,6 +115,7 @@ def sample(trace: RagTrace, spans: Iterable[SpanRecord], config: SamplingConfig)
         duration_ms=trace.duration_ms,
         attributes=[span.attributes for span in spans],
         applicable=trace.convention != "unknown" and trace.mapping_error is None,
+        probe=None if probe is None else str(probe),
     )
     return decide(facts, config)
 

@@ -78,7 +78,8 @@ class Store(ABC):
 
     @abstractmethod
     def read_spans(self, trace_ids: Iterable[str]) -> tuple[pa.Table, pa.Table]:
-        """(spans, events) of every stored span and event of these traces."""
+        """(spans, events) of every stored span and event of these traces (spans with the columns
+        of `span_records.SPAN_COLUMNS`, `received_at` and `resource_attributes`)."""
 
     @abstractmethod
     def pending_trace_ids(self) -> list[str]:
@@ -215,6 +216,22 @@ class Store(ABC):
         in one transaction that never waits on nor fails a concurrent span append. Aggregates
         (`score_aggregates`), alerts, canary runs and cases are kept."""
 
+    # ---------------------------------------------------------------- slices
+
+    # The slice dimensions the store has columns for (in `traces`, `scores`, `score_aggregates`).
+    dimensions: tuple[str, ...] = ()
+
+    @abstractmethod
+    def add_dimensions(self, names: Sequence[str]) -> None:
+        """Add a column to `traces`, `scores` and `score_aggregates` for each of these dimensions
+        the store lacks (`monitoring.dimensions`); columns of dimensions no longer declared stay,
+        with their rows (new rows leave them null). Each becomes part of the aggregates' key."""
+
+    @abstractmethod
+    def top_dimension_values(self, name: str, limit: int, days: int = 7) -> list[str]:
+        """A dimension's most frequent values over the last `days` days (by scores counted), for
+        the cap on its values to start from after a restart."""
+
     # ---------------------------------------------------------------- several replicas
     # One process owns an embedded store, so these defaults say: everything is ours. A store that
     # several replicas write (DuckLake) decides who assembles a trace and who runs the singletons.
@@ -242,6 +259,17 @@ class Store(ABC):
 
     def maintain(self) -> None:  # noqa: B027 (a default: nothing to do)
         """Periodic housekeeping of the storage (compaction for a lake; nothing for a file)."""
+
+    # ---------------------------------------------------------------- probe runs
+
+    @abstractmethod
+    def write_probe_run(self, run: pa.Table) -> None:
+        """Add probe runs (the `probe_runs` shape), replacing the rows with the same `run_id`: a run
+        is written when it starts and again when it finishes."""
+
+    @abstractmethod
+    def read_probe_runs(self, probe: str | None = None, limit: int | None = None) -> pa.Table:
+        """Probe runs, newest first (by `started_at`), of one probe or of all; at most `limit`."""
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -8,6 +8,7 @@ cases and SQL readers never wait on a group commit and the writer never waits on
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,12 +20,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.processors.slices import OTHER
 from collector.sql import QueryResult, run_query
 from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError, StoreLocked
 from collector.store.config import StoreConfig
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
-from collector.store.tables import SCORE_AGGREGATE_KEY, WRITEBACK_SOURCE
+from collector.store.tables import SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, WRITEBACK_SOURCE
 from collector.store.trace_rows import TraceTables
 
 
@@ -71,8 +73,9 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def migrate(con: duckdb.DuckDBPyConnection) -> int:
-    """Bring the schema to the latest version; returns the version found before."""
+def migrate(con: duckdb.DuckDBPyConnection, rewrite: Callable[[str], str] | None = None) -> int:
+    """Bring the schema to the latest version; returns the version found before. `rewrite` adapts
+    each migration's SQL to a backend (a lake keeps its aggregates in a table of another name)."""
     found = schema_version(con)
     if found > LATEST_VERSION:
         raise StoreError(
@@ -89,7 +92,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
             continue
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(sql)
+            con.execute(rewrite(sql) if rewrite else sql)
             con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
             con.execute("COMMIT")
         except Exception:
@@ -119,10 +122,9 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
 _IDS = "_trace_ids"
 _NOW = "now()::TIMESTAMP"
 
-# score_aggregates: its key, the aggregates of a set of score rows `s`, and key equality.
-_AGG_KEY = ", ".join(SCORE_AGGREGATE_KEY)
+# score_aggregates: the aggregates of a set of score rows `s` (after its key columns).
 _AGGREGATES = (
-    "s.bucket, s.service_name, s.name, count(*) AS n, count(*) FILTER (s.status = 'pass') AS n_pass, "
+    "count(*) AS n, count(*) FILTER (s.status = 'pass') AS n_pass, "
     "count(*) FILTER (s.status = 'fail') AS n_fail, count(*) FILTER (s.status = 'error') AS n_error, "
     "count(*) FILTER (s.status = 'skipped') AS n_skipped, sum(s.value) AS sum, "
     "sum(s.value * s.value) AS sum_sq, min(s.value) AS min, max(s.value) AS max"
@@ -147,8 +149,27 @@ _OTHER_TIMES = (
 _T = TypeVar("_T")
 
 
-def _key_match(left: str, right: str) -> str:
-    return " AND ".join(f"{left}.{k} IS NOT DISTINCT FROM {right}.{k}" for k in SCORE_AGGREGATE_KEY)
+def quoted(names: Iterable[str], prefix: str = "") -> str:
+    """Column names quoted (a dimension may be named like a keyword), joined by commas."""
+    return ", ".join(f'{prefix}"{name}"' for name in names)
+
+
+def key_match(key: Sequence[str], left: str, right: str) -> str:
+    """Equality of two rows on the aggregates' key (nulls equal: a key column may be null)."""
+    return " AND ".join(f'{left}."{k}" IS NOT DISTINCT FROM {right}."{k}"' for k in key)
+
+
+def with_slices(scores: pa.Table, slices: pa.Table) -> pa.Table:
+    """Score rows with their trace's probe and dimension values (`slices`: trace_id first, then a
+    column per value), so scores and their aggregates are cut like the trace."""
+    index = pc.index_in(scores["trace_id"], value_set=slices["trace_id"])
+    for name in slices.column_names[1:]:
+        column = pc.take(slices[name], index)
+        if name in scores.column_names:
+            scores = scores.set_column(scores.schema.get_field_index(name), name, column)
+        else:
+            scores = scores.append_column(name, column)
+    return scores
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table | None) -> None:
@@ -193,6 +214,8 @@ class DuckDBStore(Store):
         # The replica stamped on the traces it assembles and the events it exports (null here).
         self.replica: str | None = None
         self._con = self._connect(config, read_only)
+        # Slice dimensions (`monitoring.dimensions`): columns of traces, scores and aggregates.
+        self.dimensions: tuple[str, ...] = ()
         self._write_lock = threading.Lock()
         # Everything but span appends: assembled rows, scores and their aggregates, the outbox.
         # Their transactions update shared rows (score_aggregates), so they take turns instead
@@ -204,6 +227,7 @@ class DuckDBStore(Store):
             return
         try:
             self._migrate()
+            self.dimensions = self._dimension_columns()
         except Exception:
             self._con.close()
             raise
@@ -213,6 +237,49 @@ class DuckDBStore(Store):
 
     def _migrate(self) -> None:
         migrate(self._con)
+
+    @property
+    def aggregate_key(self) -> tuple[str, ...]:
+        """The key of `score_aggregates`: minute, service, score name, probe, and each dimension."""
+        return (*SCORE_AGGREGATE_KEY, *self.dimensions)
+
+    def _dimension_columns(self) -> tuple[str, ...]:
+        with self._cursor() as con:
+            rows = con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                "ORDER BY ordinal_position",
+                [self.aggregates_table],
+            ).fetchall()
+        return tuple(r[0] for r in rows if r[0] not in SCORE_AGGREGATES.column_names)
+
+    def add_dimensions(self, names: Sequence[str]) -> None:
+        new = [n for n in names if n not in self.dimensions]
+        if not new:
+            return
+
+        def body(con: duckdb.DuckDBPyConnection) -> None:
+            for table in ("traces", "scores", self.aggregates_table):
+                for name in new:
+                    con.execute(f'ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "{name}" VARCHAR')
+            self._after_new_dimensions(con, (*self.dimensions, *new))
+
+        self._write(body)
+        self.dimensions = self._dimension_columns()
+
+    def _after_new_dimensions(self, con: duckdb.DuckDBPyConnection, dimensions: Sequence[str]) -> None:
+        """What a backend does once dimension columns were added (the lake: its aggregates view)."""
+
+    def top_dimension_values(self, name: str, limit: int, days: int = 7) -> list[str]:
+        if name not in self.dimensions:
+            return []
+        with self._cursor() as con:
+            rows = con.execute(
+                f'SELECT "{name}" FROM score_aggregates WHERE "{name}" IS NOT NULL AND "{name}" <> ? '
+                f"AND bucket > now()::TIMESTAMP - INTERVAL {int(days)} DAY "
+                "GROUP BY ALL ORDER BY sum(n) DESC, 1 LIMIT ?",
+                [OTHER, limit],
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def _retrying(self, attempt: Callable[[], _T]) -> _T:
         """Run one write transaction (`attempt`); a store with concurrent writers retries conflicts."""
@@ -269,7 +336,7 @@ class DuckDBStore(Store):
     # ---------------------------------------------------------------- assembly
 
     def read_spans(self, trace_ids: Iterable[str]) -> tuple[pa.Table, pa.Table]:
-        span_columns = ", ".join(f"s.{c}" for c in (*SPAN_COLUMNS, "received_at"))
+        span_columns = ", ".join(f"s.{c}" for c in (*SPAN_COLUMNS, "received_at", "resource_attributes"))
         event_columns = ", ".join(f"e.{c}" for c in (*EVENT_COLUMNS, "received_at"))
         with self._cursor() as con, _registered(con, _IDS, _ids_table(trace_ids)):
             spans = con.execute(
@@ -325,7 +392,8 @@ class DuckDBStore(Store):
         if replace:
             with _registered(con, _IDS, _ids_table(replace)):
                 affected = con.execute(
-                    f"SELECT DISTINCT {_AGG_KEY} FROM scores WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
+                    f"SELECT DISTINCT {quoted(self.aggregate_key)} FROM scores "
+                    f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
                 ).to_arrow_table()
                 for table in ("traces", "steps", "documents", "scores", "evaluation_outbox"):
                     con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM {_IDS})")
@@ -339,7 +407,10 @@ class DuckDBStore(Store):
             ("documents", tables.documents),
         ):
             _insert(con, table, rows)
-        self._insert_scores(con, tables.scores, tables.events, tables.outbox, affected)
+        slices = tables.traces.select(
+            [c for c in ("trace_id", "probe", *self.dimensions) if c in tables.traces.column_names]
+        )
+        self._insert_scores(con, tables.scores, tables.events, tables.outbox, affected, slices)
 
     def _insert_scores(
         self,
@@ -348,9 +419,16 @@ class DuckDBStore(Store):
         events: pa.Table | None,
         outbox: pa.Table | None,
         affected: pa.Table | None,
+        slices: pa.Table,
     ) -> None:
-        """Insert score rows and their events, and keep `score_aggregates` in step: the `affected`
-        groups (of replaced scores) are recomputed from `scores`, the others get the new rows added."""
+        """Insert score rows (with their trace's `slices`) and their events, and keep
+        `score_aggregates` in step: the `affected` groups (of replaced scores) are recomputed from
+        `scores`, the others get the new rows added."""
+        key = self.aggregate_key
+        match = functools.partial(key_match, key)
+        aggregates = f"{quoted(key, 's.')}, {_AGGREGATES}"
+        if scores is not None and scores.num_rows:
+            scores = with_slices(scores, slices)
         _insert(con, "span_events", events)
         _insert(con, "evaluation_outbox", self._stamp(outbox))
         _insert(con, "scores", scores)
@@ -358,27 +436,31 @@ class DuckDBStore(Store):
             with _registered(con, "_affected", affected):
                 con.execute(
                     f"DELETE FROM {self.aggregates_table} a "
-                    f"WHERE EXISTS (SELECT 1 FROM _affected k WHERE {_key_match('a', 'k')})"
+                    f"WHERE EXISTS (SELECT 1 FROM _affected k WHERE {match('a', 'k')})"
                 )
                 con.execute(
-                    f"INSERT INTO {self.aggregates_table} BY NAME SELECT {_AGGREGATES}, {_NOW} AS updated_at "
-                    f"FROM scores s SEMI JOIN _affected k ON {_key_match('s', 'k')} GROUP BY ALL"
+                    f"INSERT INTO {self.aggregates_table} BY NAME SELECT {aggregates}, {_NOW} AS updated_at "
+                    f"FROM scores s SEMI JOIN _affected k ON {match('s', 'k')} GROUP BY ALL"
                 )
         if scores is None or not scores.num_rows:
             return
-        if not self.aggregates_in_place:
-            self._append_aggregates(con, scores, affected)
-            return
+        skip = ""
         with _registered(con, "_new_scores", scores):
-            skip = ""
             if affected is not None and affected.num_rows:
                 con.register("_affected", affected)
-                skip = f"ANTI JOIN _affected k ON {_key_match('s', 'k')}"
-            added = con.execute(
-                f"SELECT {_AGGREGATES} FROM _new_scores s {skip} GROUP BY ALL"
-            ).to_arrow_table()
+                skip = f"ANTI JOIN _affected k ON {match('s', 'k')}"
+            added_sql = f"SELECT {aggregates} FROM _new_scores s {skip} GROUP BY ALL"
+            if not self.aggregates_in_place:  # a row of partial sums per key, summed by readers
+                con.execute(
+                    f"INSERT INTO {self.aggregates_table} BY NAME "
+                    f"SELECT *, {_NOW} AS updated_at FROM ({added_sql})"
+                )
+            else:
+                added = con.execute(added_sql).to_arrow_table()
             if skip:
                 con.unregister("_affected")
+        if not self.aggregates_in_place:
+            return
         with _registered(con, "_added", added):
             con.execute(
                 """
@@ -390,28 +472,12 @@ class DuckDBStore(Store):
                     min = least(a.min, g.min), max = greatest(a.max, g.max),
                     updated_at = now()::TIMESTAMP
                 FROM _added g WHERE """
-                + _key_match("a", "g")
+                + match("a", "g")
             )
             con.execute(
                 f"INSERT INTO score_aggregates BY NAME SELECT g.*, {_NOW} AS updated_at FROM _added g "
-                f"WHERE NOT EXISTS (SELECT 1 FROM score_aggregates a WHERE {_key_match('a', 'g')})"
+                f"WHERE NOT EXISTS (SELECT 1 FROM score_aggregates a WHERE {match('a', 'g')})"
             )
-
-    def _append_aggregates(
-        self, con: duckdb.DuckDBPyConnection, scores: pa.Table, affected: pa.Table | None
-    ) -> None:
-        """A row of partial sums per key for these scores (the groups recomputed above excepted)."""
-        skip = ""
-        with _registered(con, "_new_scores", scores):
-            if affected is not None and affected.num_rows:
-                con.register("_affected", affected)
-                skip = f"ANTI JOIN _affected k ON {_key_match('s', 'k')}"
-            con.execute(
-                f"INSERT INTO {self.aggregates_table} BY NAME SELECT {_AGGREGATES}, {_NOW} AS updated_at "
-                f"FROM _new_scores s {skip} GROUP BY ALL"
-            )
-            if skip:
-                con.unregister("_affected")
 
     # ---------------------------------------------------------------- judge work
 
@@ -439,7 +505,12 @@ class DuckDBStore(Store):
                 return 0
             keep = pa.array(current["trace_id"].to_pylist(), pa.string())
             rows = [_rows_of(table, keep) for table in (scores, events, outbox)]
-            self._insert_scores(con, rows[0], rows[1], rows[2], None)
+            with _registered(con, _IDS, pa.table({"trace_id": keep})):
+                slices = con.execute(
+                    f"SELECT trace_id, {quoted(('probe', *self.dimensions))} FROM traces "
+                    f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
+                ).to_arrow_table()
+            self._insert_scores(con, rows[0], rows[1], rows[2], None, slices)
             with _registered(con, _IDS, pa.table({"trace_id": keep})):
                 con.execute(
                     "UPDATE traces SET judge_status = 'done', scored_at = now()::TIMESTAMP "
@@ -508,7 +579,7 @@ class DuckDBStore(Store):
 
     def read_alerts(self) -> pa.Table:
         with self._cursor() as con:
-            return con.execute("SELECT * FROM alerts ORDER BY alert, service_name").to_arrow_table()
+            return con.execute("SELECT * FROM alerts ORDER BY alert, service_name, slice").to_arrow_table()
 
     def write_alerts(self, states: pa.Table, events: pa.Table, notifications: pa.Table) -> None:
         def body(con: duckdb.DuckDBPyConnection) -> None:
@@ -516,7 +587,8 @@ class DuckDBStore(Store):
                 with _registered(con, "_states", states):
                     con.execute(
                         "DELETE FROM alerts a WHERE EXISTS (SELECT 1 FROM _states s WHERE s.alert = a.alert "
-                        "AND s.service_name IS NOT DISTINCT FROM a.service_name)"
+                        "AND s.service_name IS NOT DISTINCT FROM a.service_name "
+                        "AND s.slice IS NOT DISTINCT FROM a.slice)"
                     )
             _insert(con, "alerts", states)
             _insert(con, "alert_events", events)
@@ -642,6 +714,25 @@ class DuckDBStore(Store):
             return DeletedRows(traces=pc.count_distinct(spans["trace_id"]).as_py(), rows=rows)
 
         return self._write(body)
+
+    # ---------------------------------------------------------------- probe runs
+
+    def write_probe_run(self, run: pa.Table) -> None:
+        def body(con: duckdb.DuckDBPyConnection) -> None:
+            with _registered(con, "_probe_runs", run):
+                con.execute("DELETE FROM probe_runs WHERE run_id IN (SELECT run_id FROM _probe_runs)")
+            _insert(con, "probe_runs", run)
+
+        self._write(body, self._monitoring_lock)
+
+    def read_probe_runs(self, probe: str | None = None, limit: int | None = None) -> pa.Table:
+        where = "WHERE probe = ?" if probe is not None else ""
+        bound = "LIMIT ?" if limit is not None else ""
+        params = [v for v in (probe, limit) if v is not None]
+        with self._cursor() as con:
+            return con.execute(
+                f"SELECT * FROM probe_runs {where} ORDER BY started_at DESC, run_id {bound}", params
+            ).to_arrow_table()
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -45,8 +45,8 @@ import pyarrow.compute as pc
 from collector.sql import QueryResult, run_query
 from collector.store.base import DeletedRows, StorageSize, StoreError
 from collector.store.config import StoreConfig
-from collector.store.duckdb_store import DuckDBStore, migrate, schema_version
-from collector.store.migrations import MIGRATIONS
+from collector.store.duckdb_store import DuckDBStore, key_match, migrate, quoted, schema_version
+from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.tables import ALL_TABLES, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES
 from collector.store.trace_rows import TraceTables
 
@@ -136,7 +136,11 @@ def open_lake(config: StoreConfig, read_only: bool) -> duckdb.DuckDBPyConnection
         if config.data_path.startswith("s3://"):
             con.execute(f"LOAD {_quote(str(extension_path(*HTTPFS)))}")
             con.execute(s3_secret(os.environ))
-        options = f"DATA_PATH {_quote(config.data_path)}" + (", READ_ONLY" if read_only else "")
+        # No data inlining: DuckLake 1.5.5 readers break on inlined rows flushed after a column was
+        # added (slice dimensions add columns), so every write is a Parquet file, merged later.
+        options = f"DATA_PATH {_quote(config.data_path)}" + (
+            ", READ_ONLY" if read_only else ", DATA_INLINING_ROW_LIMIT 0"
+        )
         con.execute(f"ATTACH {_quote('ducklake:' + config.catalog)} AS {LAKE} ({options})")
         con.execute(f"USE {LAKE}")
         # An in-memory DuckDB has nowhere to spill by default: give it a directory, or merging
@@ -209,6 +213,7 @@ def retry_conflicts(attempt: Callable[[], _T], what: str = "write") -> _T:
 
 
 AGGREGATE_PARTS = "score_aggregate_parts"
+FLUSH_INLINED = f"CALL ducklake_flush_inlined_data('{LAKE}')"
 
 
 def summed_parts() -> str:
@@ -219,11 +224,38 @@ def summed_parts() -> str:
     return ", ".join(f"{how.get(c, f'sum({c})::BIGINT')} AS {c}" for c in values)
 
 
+def aggregates_view(key: Sequence[str]) -> str:
+    """`score_aggregates` on a lake: one row per key, summing the key's partial rows."""
+    return (
+        f"CREATE OR REPLACE VIEW score_aggregates AS SELECT {quoted(key)}, {summed_parts()} "
+        f"FROM {AGGREGATE_PARTS} GROUP BY ALL"
+    )
+
+
+def _lake_migration(sql: str) -> str:
+    # On a lake `score_aggregates` is a view: its columns are those of the partial rows.
+    return sql.replace("ALTER TABLE score_aggregates ", f"ALTER TABLE {AGGREGATE_PARTS} ")
+
+
 def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
     """A new lake gets every table at the latest schema at once (DuckLake has no PRIMARY KEY: the one
-    key, `cases.case_id`, is kept by `write_cases`); an existing one runs the migrations it lacks."""
+    key, `cases.case_id`, is kept by `write_cases`); an existing one runs the migrations it lacks,
+    then gets its aggregates view again (its key may have grown)."""
     if schema_version(con):
-        migrate(con)
+        if schema_version(con) < LATEST_VERSION:
+            # Migrations add columns: rows inlined before (older versions inlined) go to files first.
+            con.execute(FLUSH_INLINED)
+        if migrate(con, _lake_migration) < LATEST_VERSION:
+            dimensions = [
+                r[0]
+                for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                    "ORDER BY ordinal_position",
+                    [AGGREGATE_PARTS],
+                ).fetchall()
+                if r[0] not in SCORE_AGGREGATES.column_names
+            ]
+            con.execute(aggregates_view((*SCORE_AGGREGATE_KEY, *dimensions)))
         return
     con.execute("BEGIN TRANSACTION")
     try:
@@ -235,10 +267,7 @@ def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
             if table is SCORE_AGGREGATES:
                 ddl = ddl.replace(f"CREATE TABLE {table.name} ", f"CREATE TABLE {AGGREGATE_PARTS} ", 1)
             con.execute(ddl)
-        con.execute(
-            f"CREATE VIEW score_aggregates AS SELECT {', '.join(SCORE_AGGREGATE_KEY)}, {summed_parts()} "
-            f"FROM {AGGREGATE_PARTS} GROUP BY ALL"
-        )
+        con.execute(aggregates_view(SCORE_AGGREGATE_KEY))
         for version, description, _ in MIGRATIONS:
             con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
         con.execute("COMMIT")
@@ -473,6 +502,15 @@ class DuckLakeStore(DuckDBStore):
     def _migrate(self) -> None:
         retry_conflicts(lambda: migrate_lake(self._con), "schema setup")
 
+    def add_dimensions(self, names: Sequence[str]) -> None:
+        if set(names) - set(self.dimensions):
+            # Rows a writer inlined before the column existed are flushed first (see `open_lake`).
+            retry_conflicts(lambda: self._maintenance_step(FLUSH_INLINED), "maintenance")
+        super().add_dimensions(names)
+
+    def _after_new_dimensions(self, con: duckdb.DuckDBPyConnection, dimensions: Sequence[str]) -> None:
+        con.execute(aggregates_view((*SCORE_AGGREGATE_KEY, *dimensions)))
+
     def _retrying(self, attempt: Callable[[], _T]) -> _T:
         return retry_conflicts(attempt)
 
@@ -532,7 +570,7 @@ class DuckLakeStore(DuckDBStore):
         retry_conflicts(self._fold_aggregates, "aggregate folding")
         with self._maintenance_memory():
             for step in (
-                f"CALL ducklake_flush_inlined_data('{LAKE}')",
+                FLUSH_INLINED,
                 f"CALL ducklake_merge_adjacent_files('{LAKE}')",
                 f"CALL ducklake_expire_snapshots('{LAKE}', older_than => now() - INTERVAL 1 HOUR)",
                 f"CALL ducklake_cleanup_old_files('{LAKE}', older_than => now() - INTERVAL 1 HOUR)",
@@ -588,18 +626,18 @@ class DuckLakeStore(DuckDBStore):
 
     def _fold_aggregates(self) -> int:
         """Partial aggregate rows of a key become one row; returns how many rows went."""
-        key = ", ".join(SCORE_AGGREGATE_KEY)
+        key = self.aggregate_key
 
         def body(con: duckdb.DuckDBPyConnection) -> int:
             folded = con.execute(
-                f"SELECT {key}, {summed_parts()}, count(*) AS parts "
+                f"SELECT {quoted(key)}, {summed_parts()}, count(*) AS parts "
                 f"FROM {AGGREGATE_PARTS} GROUP BY ALL HAVING count(*) > 1"
             ).to_arrow_table()
             if not folded.num_rows:
                 return 0
             con.register("_folded", folded)
             try:
-                match = " AND ".join(f"a.{k} IS NOT DISTINCT FROM f.{k}" for k in SCORE_AGGREGATE_KEY)
+                match = key_match(key, "a", "f")
                 con.execute(
                     f"DELETE FROM {AGGREGATE_PARTS} a WHERE EXISTS (SELECT 1 FROM _folded f WHERE {match})"
                 )

@@ -16,6 +16,7 @@ from collector.store.tables import (
     ALERTS,
     CANARY_RUNS,
     EVALUATION_OUTBOX,
+    PROBE_RUNS,
     SCORE_AGGREGATES,
     SCORES,
     SPAN_EVENTS,
@@ -171,6 +172,20 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         6,
         "scale-out: the replica that assembled each trace and exports each evaluation event",
         add_columns(TRACES, "replica") + "\n" + add_columns(EVALUATION_OUTBOX, "replica"),
+    ),
+    (
+        7,
+        "slices and probes: probe traffic marked in traces, scores, aggregates; alerts by slice; probe runs",
+        "\n".join(
+            (
+                add_columns(TRACES, "probe", "probe_run"),
+                add_columns(SCORES, "probe"),
+                add_columns(SCORE_AGGREGATES, "probe"),
+                add_columns(ALERTS, "slice"),
+                add_columns(ALERT_EVENTS, "slice"),
+                create_tables(7, PROBE_RUNS),
+            )
+        ),
     ),
 ]
 

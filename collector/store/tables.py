@@ -180,6 +180,10 @@ TRACES = Table(
         # The replica that assembled the trace and owns its judge work (`store.replica`, several
         # replicas on one lake); null with the embedded store.
         ("replica", "VARCHAR", "", 6),
+        # Probe traffic (`probes:`): the probe that sent the request and its run; null for the app's
+        # own traffic. Read from the `rag.probe` / `rag.probe.run` attributes of the probe's span.
+        ("probe", "VARCHAR", "", 7),
+        ("probe_run", "VARCHAR", "", 7),
     ),
 )
 
@@ -266,11 +270,13 @@ SCORES = Table(
         ("bucket", "TIMESTAMP", "", 4),
         ("evaluator", "VARCHAR", "", 4),  # deterministic | judge
         ("revision", "INTEGER", "", 4),  # the trace's assembly count when it was scored
+        ("probe", "VARCHAR", "", 7),  # the trace's probe (null: the app's own traffic)
     ),
 )
 
-# One row per minute x service x score name; the key (all but the counts) will grow with slice
-# dimensions, so rows are upserted by a join on the key columns, not by a constraint.
+# One row per minute x service x score name x probe (null: the app's own traffic), and x each slice
+# dimension (`monitoring.dimensions`, columns added when declared): rows are upserted by a join on
+# the key columns, not by a constraint, so the key can grow.
 SCORE_AGGREGATES = Table(
     "score_aggregates",
     _columns(
@@ -287,9 +293,11 @@ SCORE_AGGREGATES = Table(
         ("min", "DOUBLE", "", 4),
         ("max", "DOUBLE", "", 4),
         ("updated_at", "TIMESTAMP", "", 4),
+        ("probe", "VARCHAR", "", 7),
     ),
 )
-SCORE_AGGREGATE_KEY = ("bucket", "service_name", "name")
+# The fixed part of the key; a store adds the dimension columns it finds (`Store.aggregate_key`).
+SCORE_AGGREGATE_KEY = ("bucket", "service_name", "name", "probe")
 
 # Evaluation events waiting to be exported over OTLP (`exporters.otlp.endpoint`): written in the
 # transaction that stores their scores, deleted once the downstream has acknowledged them.
@@ -327,6 +335,9 @@ ALERTS = Table(
         ("resolved_at", "TIMESTAMP", "", 5),
         ("last_notified_at", "TIMESTAMP", "", 5),
         ("evaluated_at", "TIMESTAMP", "", 5),
+        # The slice of a rule that watches each value of a dimension apart (`by`), as `name=value`;
+        # null: the rule's whole scope.
+        ("slice", "VARCHAR", "", 7),
     ),
 )
 ALERT_EVENTS = Table(
@@ -346,6 +357,7 @@ ALERT_EVENTS = Table(
         ("window_seconds", "DOUBLE", "", 5),
         ("started_at", "TIMESTAMP", "", 5),
         ("message", "VARCHAR", "", 5),
+        ("slice", "VARCHAR", "", 7),
     ),
 )
 ALERT_NOTIFICATIONS = Table(
@@ -382,6 +394,27 @@ CANARY_RUNS = Table(
     ),
 )
 
+# Probe runs (`probes:`): golden questions sent to the app on a schedule; one row per run, written
+# when it starts and completed when its traces have arrived (or the wait for them ran out).
+PROBE_RUNS = Table(
+    "probe_runs",
+    _columns(
+        ("run_id", "VARCHAR", _KEY, 7),
+        ("probe", "VARCHAR", _KEY, 7),
+        ("started_at", "TIMESTAMP", "", 7),
+        ("finished_at", "TIMESTAMP", "", 7),  # null while running
+        ("status", "VARCHAR", "", 7),  # running | done | failed
+        ("cases", "INTEGER", "", 7),  # questions sent
+        ("answered", "INTEGER", "", 7),  # requests the app answered (2xx)
+        ("errors", "INTEGER", "", 7),  # requests that failed (status, timeout, refused)
+        ("traces_received", "INTEGER", "", 7),  # requests whose trace arrived from the app
+        ("missing_traces", "INTEGER", "", 7),  # requests whose trace never arrived
+        ("results", "JSON", "", 7),  # [{case_id, trace_id, http_status, latency_ms, error, ...}]
+        ("summary", "JSON", "", 7),  # {score name: {n, mean, pass_rate, ...}} when it finished
+        ("error", "VARCHAR", "", 7),  # why a run failed as a whole (cases unreadable, ...)
+    ),
+)
+
 ALL_TABLES: tuple[Table, ...] = (
     SPANS,
     SPAN_EVENTS,
@@ -396,4 +429,5 @@ ALL_TABLES: tuple[Table, ...] = (
     ALERT_EVENTS,
     ALERT_NOTIFICATIONS,
     CANARY_RUNS,
+    PROBE_RUNS,
 )

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from collector.processors.slices import TraceSlices
 from collector.store.tables import DOCUMENTS, STEPS, TRACES
 from semconv import RagTrace
 
@@ -27,6 +28,7 @@ class AssembledTrace:
     sample_reason: str | None = None
     judge_status: str | None = None
     scored: bool = False
+    slices: TraceSlices | None = None
 
 
 @dataclass
@@ -66,9 +68,13 @@ def _json(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
 
 
-def trace_tables(assembled: Sequence[AssembledTrace], now_us: int) -> TraceTables:
-    """Column-wise tables of many assembled traces (one Arrow insert per table)."""
+def trace_tables(
+    assembled: Sequence[AssembledTrace], now_us: int, dimensions: Sequence[str] = ()
+) -> TraceTables:
+    """Column-wise tables of many assembled traces (one Arrow insert per table); the `traces` rows
+    get a column per slice dimension after the table's own."""
     traces = [a.trace for a in assembled]
+    slices = [a.slices or TraceSlices() for a in assembled]
     steps = [(t.trace_id, step) for t in traces for step in t.steps]
     docs = [
         (trace_id, step.span_id, stage, doc)
@@ -107,6 +113,8 @@ def trace_tables(assembled: Sequence[AssembledTrace], now_us: int) -> TraceTable
         "sample_reason": [a.sample_reason for a in assembled],
         "judge_status": [a.judge_status for a in assembled],
         "scored_at": [now_us if a.scored else None for a in assembled],
+        "probe": [s.probe for s in slices],
+        "probe_run": [s.probe_run for s in slices],
     }
     step_columns: dict[str, list[Any]] = {
         "trace_id": [trace_id for trace_id, _ in steps],
@@ -141,8 +149,13 @@ def trace_tables(assembled: Sequence[AssembledTrace], now_us: int) -> TraceTable
         "distance": [d[3].distance for d in docs],
         "metadata": [_json(d[3].metadata) for d in docs],
     }
+    trace_rows = TRACES.arrow_table(trace_columns, len(traces))
+    for name in dimensions:
+        trace_rows = trace_rows.append_column(
+            name, pa.array([s.values.get(name) for s in slices], pa.string())
+        )
     return TraceTables(
-        traces=TRACES.arrow_table(trace_columns, len(traces)),
+        traces=trace_rows,
         steps=STEPS.arrow_table(step_columns, len(steps)),
         documents=DOCUMENTS.arrow_table(doc_columns, len(docs)),
     )

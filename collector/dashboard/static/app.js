@@ -66,6 +66,16 @@ function badge(text) { return h("span", { class: `badge ${text || "none"}` }, te
 
 function epoch(text) { const d = parseTime(text); return d ? d.getTime() / 1000 : null; }
 
+// A slice value as shown and as the API's `slice` parameter takes it: null is the traces without one.
+const NO_VALUE = "(none)";
+function sliceLabel(v) { return v === null || v === undefined ? NO_VALUE : String(v); }
+
+/** A JSON column read back as text by some stores (the probe runs' `summary`) or as an object. */
+function jsonValue(v) {
+  if (typeof v !== "string") return v;
+  try { return JSON.parse(v); } catch (_) { return null; }
+}
+
 // ---------------------------------------------------------------- state: the URL hash
 
 function route() {
@@ -117,7 +127,7 @@ const pendingCharts = [];
 
 /** A chart box; the chart is drawn once the box is on the page (uPlot needs its width). */
 function chart(title, xs, series, options = {}) {
-  const box = h("div", { class: "panel chart", "data-chart": title }, h("h3", {}, title));
+  const box = h("div", { class: "panel chart", "data-chart": title, id: options.id }, h("h3", {}, title));
   if (!xs.length || !series.length || series.every((s) => s.values.every((v) => v === null || v === undefined))) {
     append(box, [h("p", { class: "muted" }, "No data in this window.")]);
     return box;
@@ -150,13 +160,16 @@ function drawCharts() {
 }
 
 /** Rows of (t, name, field) pivoted onto every bucket of the window: a series per name, null
- * where a bucket has no row (a gap, never a line across it). */
-function pivot(buckets, rows, field) {
+ * where a bucket has no row (a gap, never a line across it). Names in `order` when given (each
+ * keeps the colour of its place there, so several charts of the same names agree), else sorted. */
+function pivot(buckets, rows, field, order = null) {
   const at = new Map(buckets.map((t, i) => [epoch(t), i]));
   // Scores with no value in the window (all skipped) would only crowd the legend.
-  const names = [...new Set(rows.filter((r) => r[field] !== null && r[field] !== undefined).map((r) => r.name))].sort();
+  const valued = new Set(rows.filter((r) => r[field] !== null && r[field] !== undefined).map((r) => r.name));
+  const names = order ? order.filter((n) => valued.has(n)) : [...valued].sort();
   const index = new Map(names.map((n, i) => [n, i]));
-  const series = names.map((name, i) => ({ label: name, color: PALETTE[i % PALETTE.length], values: buckets.map(() => null) }));
+  const colour = (name, i) => PALETTE[(order ? order.indexOf(name) : i) % PALETTE.length];
+  const series = names.map((name, i) => ({ label: name, color: colour(name, i), values: buckets.map(() => null) }));
   for (const r of rows) {
     const i = at.get(epoch(r.t));
     if (index.has(r.name) && i !== undefined) series[index.get(r.name)].values[i] = r[field];
@@ -174,7 +187,7 @@ function column(buckets, rows, field, empty) {
 
 function renderChrome(active, services) {
   const nav = document.getElementById("nav");
-  nav.replaceChildren(...[["overview", "Overview"], ["traces", "Traces"], ["alerts", "Alerts"]].map(([key, label]) =>
+  nav.replaceChildren(...[["overview", "Overview"], ["traces", "Traces"], ["probes", "Probes"], ["alerts", "Alerts"]].map(([key, label]) =>
     h("a", { href: `#/${key}`, class: active === key ? "active" : null }, label)));
   const controls = document.getElementById("controls");
   const range = h("select", { id: "range", title: "Time range",
@@ -217,9 +230,124 @@ function emptyState() {
     ].join("\n")));
 }
 
+/** A link to the trace list with these filters (empty ones left out). */
+function tracesHref(filters) {
+  const query = new URLSearchParams();
+  for (const [k, v] of Object.entries(filters)) if (v !== null && v !== undefined && v !== "") query.set(k, v);
+  const text = query.toString();
+  return `#/traces${text ? "?" + text : ""}`;
+}
+
+/** A select of slices (`DIMENSION=VALUE`, one per value of each dimension, grouped by dimension).
+ * A slice from the URL that is not among the choices stays visible and selected. */
+function sliceSelect(dimensions, current, empty, onchange) {
+  const groups = Object.entries(dimensions || {}).map(([name, values]) =>
+    [name, values.map((v) => `${name}=${sliceLabel(v)}`)]);
+  const known = groups.some(([, choices]) => choices.includes(current));
+  return h("select", { name: "slice", onchange },
+    h("option", { value: "" }, empty),
+    current && !known ? h("option", { value: current, selected: true }, current) : null,
+    groups.map(([name, choices]) => h("optgroup", { label: name },
+      choices.map((c) => h("option", { value: c, selected: c === current }, c)))));
+}
+
 // ---------------------------------------------------------------- overview
 
-function overviewView(o, regressions) {
+/** The overview's own filters (`monitoring.dimensions`): one slice, and a dimension to split by. */
+function overviewFilters(dimensions, view) {
+  const names = Object.keys(dimensions || {});
+  if (!names.length && !view.slice && !view.by) return null;
+  const set = (changes) => go("/overview", { ...view, ...changes });
+  const splits = [...new Set([...names, ...(view.by ? [view.by] : [])])];
+  return h("form", { class: "filters", id: "overview-filters", onsubmit: (e) => e.preventDefault() },
+    h("label", {}, "slice", sliceSelect(dimensions, view.slice, "no slice", (e) => set({ slice: e.target.value }))),
+    h("label", {}, "split by", h("select", { name: "by", onchange: (e) => set({ by: e.target.value }) },
+      h("option", { value: "" }, "nothing"),
+      splits.map((d) => h("option", { value: d, selected: d === view.by }, d)))),
+    view.slice || view.by ? h("button", { type: "button", onclick: () => set({ slice: null, by: null, score: null }) }, "Clear") : null);
+}
+
+/** What the figures count, when it is not the app's whole traffic: a probe's, a slice. */
+function scopeLine(o, view) {
+  if (!o.probe && !o.slice) return null;
+  const everything = () => go("/overview", { ...view, slice: null, probe: null });
+  return h("p", { class: "muted", id: "overview-scope" },
+    o.probe ? ["Probe ", h("b", {}, o.probe), "'s traffic (its golden questions), not the app's own. "] : null,
+    o.slice ? ["Only traces with ", h("b", {}, o.slice), ". "] : null,
+    h("a", { href: "#/overview", onclick: (e) => { e.preventDefault(); everything(); } }, "Show the app's whole traffic"));
+}
+
+/** The score whose means differ most between slices (the first by name among ties). */
+function widestSpread(rows, names) {
+  let best = names[0] || null;
+  let widest = -1;
+  for (const name of names) {
+    const means = rows.filter((r) => r.name === name && r.mean !== null && r.mean !== undefined).map((r) => r.mean);
+    const spread = means.length ? Math.max(...means) - Math.min(...means) : -1;
+    if (spread > widest) { widest = spread; best = name; }
+  }
+  return best;
+}
+
+/** The overview split by a dimension: a table of every score in every slice, and the trends of
+ * one score with a line per slice. */
+function splitView(o, view, xs, x) {
+  const by = o.by;
+  const rows = o.slice_scores || [];
+  // Slices in the order of the dimension's values (most scores first); a colour each, as on the charts.
+  const order = [...new Set([...((o.dimensions || {})[by] || []), ...rows.map((r) => r.slice)].map(sliceLabel))];
+  const colour = (label) => PALETTE[order.indexOf(label) % PALETTE.length];
+  // Scores skipped in every slice (no reference to score against) are named once, not tabulated.
+  const applied = (r) => (r.n || 0) - (r.n_skipped || 0) > 0;
+  const names = [...new Set(rows.filter(applied).map((r) => r.name))].sort();
+  const skipped = [...new Set(rows.map((r) => r.name))].filter((n) => !names.includes(n)).sort();
+  const cells = new Map(rows.map((r) => [`${r.name}\u0000${sliceLabel(r.slice)}`, r]));
+  const overall = new Map(o.scores.map((s) => [s.name, s]));
+  const picked = (view && view.score) || widestSpread(rows, names);
+  const sliceOf = (label) => `${by}=${label}`;
+  // The trace list takes one slice: with a slice chosen above, a column's traces are its split value's.
+  const figures = (r, slice) => {
+    if (!r) return "—";
+    const failing = (r.n_fail || 0) + (r.n_error || 0);
+    return [h("div", { class: "mean" }, fmtNum(r.mean)),
+      h("div", { class: "muted small" }, `${fmtPct(r.pass_rate)} pass · n ${fmtNum(r.n)}`),
+      r.error_rate ? h("div", { class: "small error-text" }, `${fmtPct(r.error_rate)} errors`) : null,
+      failing && !REPORT ? h("a", { class: "small", href: tracesHref({ failing: r.name, slice: slice || (view && view.slice), probe: o.probe }) }, `${fmtNum(failing)} failing`) : null];
+  };
+  const counts = (r) => (r ? `n ${r.n} · pass ${r.n_pass} · fail ${r.n_fail} · error ${r.n_error} · skipped ${r.n_skipped}` : null);
+  const pick = (name) => (view && !REPORT ? h("a", { href: "#", onclick: (e) => { e.preventDefault(); go("/overview", { ...view, score: name }); } }, name) : name);
+
+  const out = [h("h2", {}, `Scores by ${by}`)];
+  out.push(h("div", { class: "scroll" }, h("table", { id: "slice-table" },
+    h("thead", {}, h("tr", {}, h("th", {}, "score"), h("th", { class: "num" }, o.slice ? o.slice : "all"),
+      order.map((label) => h("th", { class: "num", "data-slice": label },
+        h("span", { class: "swatch", style: `background:${colour(label)}` }), " ",
+        REPORT ? label : h("a", { href: tracesHref({ slice: sliceOf(label), probe: o.probe }), title: `the traces of ${sliceOf(label)}` }, label))))),
+    h("tbody", {}, names.map((name) => h("tr", { "data-score": name, class: name === picked ? "picked" : null },
+      h("td", {}, pick(name)),
+      h("td", { class: "num slice-cell", title: counts(overall.get(name)) }, figures(overall.get(name), null)),
+      order.map((label) => {
+        const r = cells.get(`${name}\u0000${label}`);
+        return h("td", { class: "num slice-cell", "data-slice": label, title: counts(r) }, figures(r, sliceOf(label)));
+      })))))));
+  if (skipped.length) out.push(h("p", { class: "muted small", id: "slice-skipped" }, `Skipped in every ${by}: ${skipped.join(", ")}.`));
+
+  const scoreSelect = view && !REPORT
+    ? h("select", { name: "score", onchange: (e) => go("/overview", { ...view, score: e.target.value }) },
+      [...new Set([...names, ...(picked ? [picked] : [])])].map((n) => h("option", { value: n, selected: n === picked }, n)))
+    : h("b", {}, picked || "—");
+  out.push(h("div", { class: "filters", id: "split-score" }, h("label", {}, `trends of one score, a line per ${by}`, scoreSelect)));
+  const series = (o.slice_series || []).filter((r) => r.name === picked).map((r) => ({ ...r, name: sliceLabel(r.slice) }));
+  out.push(h("div", { class: "charts", id: "split-charts" },
+    chart(`${picked} mean by ${by}`, xs, pivot(o.buckets, series, "mean", order), { range: [0, 1], x, id: "split-mean" }),
+    chart(`${picked} pass rate by ${by}`, xs, pivot(o.buckets, series, "pass_rate", order), { range: [0, 1], tick: fmtPct, axis: axisPct, x, id: "split-pass" }),
+    chart(`${picked} error rate by ${by}`, xs, pivot(o.buckets, series, "error_rate", order), { range: [0, 1], tick: fmtPct, axis: axisPct, x, id: "split-error" })));
+  return out;
+}
+
+/** The overview; `view` holds the page's filters from the URL (null in the report: no links to
+ * other pages, no controls). */
+function overviewView(o, regressions, view = null) {
   const out = [];
   if (o.firing_alerts.length) {
     out.push(h("div", { class: "banner alert", role: "alert" },
@@ -248,14 +376,16 @@ function overviewView(o, regressions) {
       h("td", {}, s.name), h("td", { class: "num" }, fmtNum(s.n)), h("td", { class: "num" }, fmtNum(s.mean)),
       h("td", { class: "num" }, fmtPct(s.pass_rate)), h("td", { class: "num" }, fmtPct(s.error_rate)),
       h("td", { class: "num" }, fmtNum(s.n_fail)), h("td", { class: "num" }, fmtNum(s.n_skipped)),
-      h("td", {}, s.n_fail + s.n_error > 0 && !REPORT ? h("a", { href: `#/traces?failing=${encodeURIComponent(s.name)}` }, "failing traces") : ""))))));
-
-  if (regressions) out.push(regressions instanceof Node ? regressions : regressionsView(regressions));
+      h("td", {}, s.n_fail + s.n_error > 0 && !REPORT ? h("a", { href: tracesHref({ failing: s.name, slice: view && view.slice, probe: o.probe }) }, "failing traces") : ""))))));
 
   const xs = o.buckets.map(epoch);
   const col = (field, empty = null) => column(o.buckets, o.traffic, field, empty);
   // The whole window on the x axis, so the charts line up and a quiet stretch shows as such.
   const x = [Math.min(xs[0], epoch(o.window.start)), epoch(o.window.end)];
+  if (o.by) out.push(...splitView(o, view, xs, x));
+
+  if (regressions) out.push(regressions instanceof Node ? regressions : regressionsView(regressions));
+
   const minutes = Math.round(o.bucket_seconds / 60);
   out.push(h("h2", {}, "Trends"));
   out.push(h("div", { class: "charts" },
@@ -311,13 +441,27 @@ function regressionsPanel(params) {
   return panel;
 }
 
-async function overviewPage() {
-  const params = { since: scope.since, service: scope.service };
-  const o = await api("overview", params);
-  const main = [h("h1", {}, "Overview")];
-  if (!o.totals.traces && !o.scores.length) main.push(emptyState());
-  else main.push(...overviewView(o, regressionsPanel(params)));
-  return { chrome: ["overview", o.services.map((s) => s.service_name)], content: main };
+async function overviewPage(params) {
+  // The page's own filters, from the URL: a slice, a dimension to split by, the score its charts
+  // show, a probe's traffic in place of the app's.
+  const view = {};
+  for (const key of ["slice", "by", "score", "probe"]) if (params.get(key)) view[key] = params.get(key);
+  const query = { since: scope.since, service: scope.service, slice: view.slice, by: view.by, probe: view.probe };
+  // The slice choices are the window's values over everything: in a slice (or a probe's traffic)
+  // `o.dimensions` holds that slice's values only, so they come from the overview of everything.
+  const narrowed = Boolean(view.slice || view.probe);
+  const [o, info] = await Promise.all([api("overview", query), narrowed ? scopeInfo() : null]);
+  if (!narrowed) rememberScope(o);
+  const dimensions = narrowed ? info.dimensions : o.dimensions || {};
+  const main = [h("h1", {}, "Overview"), overviewFilters(dimensions, view), scopeLine(o, view)];
+  if (!o.totals.traces && !o.scores.length) {
+    main.push(view.slice || view.probe
+      ? h("div", { class: "panel empty" }, `No traces and no scores in the last ${scope.since}${scope.service ? " for " + scope.service : ""} in this view.`)
+      : emptyState());
+  } else {
+    main.push(...overviewView(o, regressionsPanel({ since: scope.since, service: scope.service, slice: view.slice, probe: view.probe }), view));
+  }
+  return { chrome: ["overview", o.services.map((s) => s.service_name)], content: main.filter(Boolean) };
 }
 
 // ---------------------------------------------------------------- traces
@@ -357,8 +501,13 @@ let scopeInfoCache = null;
 async function scopeInfo() {
   const key = `${scope.since}|${scope.service}`;
   if (scopeInfoCache && scopeInfoCache.key === key && Date.now() - scopeInfoCache.at < 60_000) return scopeInfoCache;
-  const o = await api("overview", { since: scope.since, service: scope.service });
-  scopeInfoCache = { key, at: Date.now(), services: o.services.map((s) => s.service_name), names: o.scores.map((s) => s.name) };
+  return rememberScope(await api("overview", { since: scope.since, service: scope.service }));
+}
+
+/** Keeps what an overview of the whole scope (no slice, no probe) says for the filters. */
+function rememberScope(o) {
+  scopeInfoCache = { key: `${scope.since}|${scope.service}`, at: Date.now(), services: o.services.map((s) => s.service_name),
+    names: o.scores.map((s) => s.name), dimensions: o.dimensions || {} };
   return scopeInfoCache;
 }
 
@@ -388,6 +537,11 @@ async function tracesPage(params) {
       .map(([value, text]) => h("option", { value, selected: (filters.score || "") === value }, text)))),
     h("label", {}, "below", belowInput),
     h("label", {}, "text", textInput),
+    Object.keys(info.dimensions).length || filters.slice
+      ? h("label", {}, "slice", sliceSelect(info.dimensions, filters.slice || "", "any", (e) => set({ slice: e.target.value })))
+      : null,
+    // A probe's traces, from a link of the probes page (every trace otherwise, the app's and the probes').
+    filters.probe ? select("probe", "probe", [["", "any"], [filters.probe, filters.probe]]) : null,
     h("button", { type: "submit" }, "Apply"),
     Object.keys(filters).length ? h("button", { type: "button", onclick: () => go("/traces", {}) }, "Clear") : null);
 
@@ -551,6 +705,206 @@ async function alertsPage() {
   return { chrome: ["alerts", []], content: [h("h1", {}, "Alerts and canaries"), ...alertsView(a)] };
 }
 
+// ---------------------------------------------------------------- probes
+
+/** A run's scores together: the share of applied scores that passed, and the scores that failed
+ * or errored in some case. */
+function runFigures(summary) {
+  let passed = 0;
+  let applied = 0;
+  const failing = [];
+  for (const [name, f] of Object.entries(jsonValue(summary) || {})) {
+    passed += f.n_pass || 0;
+    applied += (f.n || 0) - (f.n_skipped || 0);
+    if ((f.n_fail || 0) + (f.n_error || 0) > 0) failing.push(name);
+  }
+  return { passRate: applied ? passed / applied : null, failing: failing.sort() };
+}
+
+function runDuration(run) {
+  const start = parseTime(run.started_at);
+  const end = parseTime(run.finished_at);
+  return start && end ? end - start : null;
+}
+
+/** A count that should be 0, marked when it is not. */
+function badCount(n) {
+  return h("td", { class: n ? "num bad" : "num" }, fmtNum(n));
+}
+
+function probeRunsTable(runs) {
+  const open = (r) => go(`/probe/${encodeURIComponent(r.run_id)}`);
+  return h("div", { class: "scroll" }, h("table", { id: "probe-runs" },
+    h("thead", {}, h("tr", {}, ["started", "probe", "status", "duration", "cases", "answered", "errors", "traces received",
+      "missing traces", "scores passed", "failing scores"].map((c, i) => h("th", { class: i >= 3 && i <= 9 ? "num" : null }, c)))),
+    h("tbody", {}, runs.map((r) => {
+      const f = runFigures(r.summary);
+      return h("tr", { class: "link", "data-run": r.run_id, onclick: (e) => { if (!e.target.closest("a")) open(r); } },
+        h("td", { class: "nowrap" }, h("a", { href: `#/probe/${encodeURIComponent(r.run_id)}` }, fmtTime(r.started_at))),
+        h("td", {}, h("a", { href: `#/probes?probe=${encodeURIComponent(r.probe)}`, title: `the runs of ${r.probe}` }, r.probe)),
+        h("td", { title: r.error || null }, badge(r.status)),
+        h("td", { class: "num" }, fmtMs(runDuration(r))),
+        h("td", { class: "num" }, fmtNum(r.cases)), h("td", { class: "num" }, fmtNum(r.answered)),
+        badCount(r.errors), h("td", { class: "num" }, fmtNum(r.traces_received)), badCount(r.missing_traces),
+        h("td", { class: "num" }, fmtPct(f.passRate)),
+        h("td", { class: "failing", title: f.failing.join(", ") }, failingChips(f.failing, 3)));
+    }))));
+}
+
+/** Per probe, each score's mean and pass rate run after run (finished runs, oldest first). */
+function probeTrends(runs) {
+  const byProbe = new Map();
+  for (const r of [...runs].reverse()) {
+    if (r.status !== "done") continue;
+    if (!byProbe.has(r.probe)) byProbe.set(r.probe, []);
+    byProbe.get(r.probe).push(r);
+  }
+  const charts = [];
+  for (const [probe, done] of byProbe) {
+    const summaries = done.map((r) => jsonValue(r.summary) || {});
+    const names = [...new Set(summaries.flatMap((s) => Object.keys(s)))].sort();
+    const series = (field) => names.map((name, i) => ({ label: name, color: PALETTE[i % PALETTE.length],
+      values: summaries.map((s) => (s[name] && s[name][field] !== undefined ? s[name][field] : null)) }))
+      .filter((s) => s.values.some((v) => v !== null));
+    const xs = done.map((r) => epoch(r.started_at));
+    charts.push(chart(`${probe}: score means per run`, xs, series("mean"), { range: [0, 1] }),
+      chart(`${probe}: pass rates per run`, xs, series("pass_rate"), { range: [0, 1], tick: fmtPct, axis: axisPct }));
+  }
+  return charts;
+}
+
+function probesEmptyState(probe) {
+  if (probe) {
+    return h("div", { class: "panel empty" }, h("p", {}, `No run of probe ${probe} yet.`), h("a", { href: "#/probes" }, "Every probe's runs"));
+  }
+  return h("div", { class: "panel empty" },
+    h("h2", {}, "No probe run yet"),
+    h("p", {}, "A probe sends your golden questions to the app on a schedule, over its real HTTP API, and scores the traces that "
+      + "come back against the cases' references. Declare one under probes: in ragpulse.yaml (see docs/probes.md) and restart "
+      + "ragpulse serve: the first run is at start-up."),
+    h("pre", {}, [
+      "probes:",
+      "  - name: shop-bot-golden",
+      "    cases: cases.yaml            # golden cases (the format `ragpulse datasets load` reads)",
+      "    every: 3600                  # seconds between runs",
+      "    request:",
+      "      url: \"https://shop.example.com/api/ask\"",
+      "      json: {question: \"{question}\"}",
+    ].join("\n")));
+}
+
+async function probesPage(params) {
+  const probe = params.get("probe") || "";
+  const listed = await api("probes", { probe, limit: 50 });
+  const out = [h("h1", {}, probe ? `Probe ${probe}` : "Probes")];
+  if (!listed.runs.length) {
+    out.push(probesEmptyState(probe));
+    return { chrome: ["probes", []], content: out };
+  }
+  out.push(h("p", { class: "muted", id: "probe-count" },
+    `The ${listed.runs.length === 1 ? "only run" : `${listed.runs.length} most recent runs`}${probe ? "" : " of every probe"}, newest first. `,
+    probe ? [h("a", { href: "#/probes" }, "every probe"), " · ", h("a", { href: tracesHref({ probe }) }, "its traces"), " · ",
+      h("a", { href: `#/overview?probe=${encodeURIComponent(probe)}` }, "its figures on the overview")] : null));
+  out.push(probeRunsTable(listed.runs));
+  const trends = probeTrends(listed.runs);
+  if (trends.length) out.push(h("h2", {}, "Scores run after run"), h("div", { class: "charts" }, trends));
+  return { chrome: ["probes", []], content: out };
+}
+
+/** A case's scores: those that failed or errored first, skipped ones only counted. */
+function caseScores(scores) {
+  const order = { fail: 0, error: 1, pass: 2 };
+  const entries = Object.entries(scores || {});
+  const shown = entries.filter(([, s]) => s.status !== "skipped")
+    .sort(([a, x], [b, y]) => (order[x.status] ?? 3) - (order[y.status] ?? 3) || a.localeCompare(b));
+  const skipped = entries.length - shown.length;
+  return h("div", { class: "case-scores" },
+    shown.map(([name, s]) => h("span", { class: `badge ${s.status || "none"}`, "data-score": name,
+      title: `${name}: ${s.status}, value ${fmtNum(s.value)}${s.label ? ` (${s.label})` : ""} · ${s.evaluator || ""}` },
+    `${name} ${fmtNum(s.value, 2)}`)),
+    skipped ? h("span", { class: "muted small" }, `${skipped} skipped`) : null,
+    !entries.length ? h("span", { class: "muted" }, "—") : null);
+}
+
+function arrived(c) {
+  if (c.received) return h("span", { class: "badge pass" }, c.matched_by === "question" ? "yes (by question)" : "yes");
+  return c.outcome === "answered" ? h("span", { class: "badge fail" }, "no") : h("span", { class: "muted" }, "—");
+}
+
+function probeRunView(d, before) {
+  const run = d.run;
+  const summary = jsonValue(run.summary) || {};
+  const previous = before ? jsonValue(before.summary) || {} : {};
+  const out = [];
+  out.push(h("div", { class: "meta" },
+    h("span", {}, "probe ", h("a", { href: `#/probes?probe=${encodeURIComponent(run.probe)}` }, h("b", {}, run.probe))),
+    h("span", {}, "status ", badge(run.status)),
+    h("span", {}, "started ", h("b", {}, fmtTime(run.started_at))),
+    h("span", {}, "took ", h("b", {}, fmtMs(runDuration(run)))),
+    h("span", {}, "run ", h("code", {}, run.run_id)),
+    h("a", { href: tracesHref({ probe: run.probe }) }, "the probe's traces")));
+  if (run.error) out.push(h("div", { class: "banner err", role: "alert" }, h("b", {}, "The run failed: "), run.error));
+  const kpi = (label, value, bad) => h("div", { class: `kpi${bad ? " bad" : ""}` }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
+  out.push(h("div", { class: "kpis", id: "run-counts" },
+    kpi("cases", fmtNum(run.cases)), kpi("answered", fmtNum(run.answered)), kpi("errors", fmtNum(run.errors), run.errors > 0),
+    kpi("traces received", fmtNum(run.traces_received)), kpi("missing traces", fmtNum(run.missing_traces), run.missing_traces > 0),
+    kpi("scores passed", fmtPct(runFigures(summary).passRate))));
+
+  out.push(h("h2", {}, "Scores"));
+  const names = Object.keys(summary).sort();
+  if (!names.length) {
+    out.push(h("p", { class: "muted" }, "No score: no trace of this run arrived (or the run is still waiting for them)."));
+  } else {
+    const change = (now, then) => {
+      if (now === null || now === undefined || then === null || then === undefined) return h("td", { class: "num" }, "—");
+      const d = now - then;
+      return h("td", { class: `num ${d < -1e-9 ? "worse" : d > 1e-9 ? "better" : ""}` }, `${d > 0 ? "+" : ""}${fmtNum(d)}`);
+    };
+    out.push(h("table", { id: "probe-summary" },
+      h("thead", {}, h("tr", {}, ["score", "n", "pass", "fail", "error", "skipped", "mean", "pass rate",
+        before ? "mean, run before" : null, before ? "change" : null].filter(Boolean).map((c, i) => h("th", { class: i ? "num" : null }, c)))),
+      h("tbody", {}, names.map((name) => {
+        const s = summary[name];
+        const p = previous[name] || {};
+        return h("tr", { "data-score": name }, h("td", {}, name), h("td", { class: "num" }, fmtNum(s.n)),
+          h("td", { class: "num" }, fmtNum(s.n_pass)), badCount(s.n_fail), badCount(s.n_error), h("td", { class: "num" }, fmtNum(s.n_skipped)),
+          h("td", { class: "num" }, fmtNum(s.mean)), h("td", { class: "num" }, fmtPct(s.pass_rate)),
+          before ? h("td", { class: "num" }, fmtNum(p.mean)) : null, before ? change(s.mean, p.mean) : null);
+      }))));
+    if (before) {
+      out.push(h("p", { class: "muted" }, "The run before: ",
+        h("a", { href: `#/probe/${encodeURIComponent(before.run_id)}` }, fmtTime(before.started_at)), "."));
+    }
+  }
+
+  out.push(h("h2", {}, "Cases"));
+  const cases = d.cases || [];
+  out.push(cases.length ? h("div", { class: "scroll" }, h("table", { id: "probe-cases" },
+    h("thead", {}, h("tr", {}, ["case", "question", "HTTP", "latency", "trace arrived", "scores", ""]
+      .map((c, i) => h("th", { class: i === 3 ? "num" : null }, c)))),
+    h("tbody", {}, cases.map((c) => h("tr", { "data-case": c.case_id },
+      h("td", { class: "nowrap" }, h("code", {}, c.case_id)),
+      h("td", { class: "case-question" }, c.question || "—"),
+      h("td", { class: "nowrap", title: c.error || null },
+        h("span", { class: `badge ${c.outcome === "answered" ? "pass" : "fail"}` }, c.http_status ?? c.outcome ?? "—"),
+        c.error ? h("div", { class: "small muted clip" }, c.error) : null),
+      h("td", { class: "num" }, fmtMs(c.latency_ms)),
+      h("td", {}, arrived(c)),
+      h("td", {}, caseScores(c.scores)),
+      h("td", {}, c.trace ? h("a", { href: `#/trace/${c.trace.trace_id}` }, "trace") : null))))))
+    : h("p", { class: "muted" }, run.status === "running" ? "The run is going on: its cases come when it ends." : "No case was sent."));
+  return out;
+}
+
+async function probeRunPage(runId, params) {
+  const d = await api(`probes/${encodeURIComponent(runId)}`, { probe: params.get("probe") || "" });
+  // The probe's finished run before this one, to compare its scores with.
+  const listed = await api("probes", { probe: d.run.probe, limit: 50 });
+  const start = epoch(d.run.started_at);
+  const before = listed.runs.find((r) => r.status === "done" && r.run_id !== d.run.run_id && epoch(r.started_at) < start) || null;
+  return { chrome: ["probes", []], content: [h("h1", {}, `Probe run of ${d.run.probe}`), ...probeRunView(d, before)] };
+}
+
 // ---------------------------------------------------------------- the router
 
 let renderCount = 0;
@@ -564,10 +918,12 @@ async function render() {
     if (parts[0] === "traces") page = await tracesPage(params);
     else if (parts[0] === "trace" && parts[1]) page = await tracePage(parts[1]);
     else if (parts[0] === "alerts") page = await alertsPage();
-    else page = await overviewPage();
+    else if (parts[0] === "probes") page = await probesPage(params);
+    else if (parts[0] === "probe" && parts[1]) page = await probeRunPage(decodeURIComponent(parts[1]), params);
+    else page = await overviewPage(params);
   } catch (exc) {
     if (!(exc instanceof ApiError)) console.error(exc);
-    const active = { trace: "traces", traces: "traces", alerts: "alerts" }[parts[0]] || "overview";
+    const active = { trace: "traces", traces: "traces", alerts: "alerts", probes: "probes", probe: "probes" }[parts[0]] || "overview";
     page = { chrome: [active, []], content: [errorBanner(exc)] };
   }
   if (ticket !== renderCount) { // a newer navigation won: drop this one's charts too

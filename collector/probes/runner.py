@@ -1,0 +1,667 @@
+"""Scheduled probes (`probes:`): the golden questions sent to the production app, on a schedule.
+
+Production traffic has no ground truth; a probe gives some of it one. Every `every` seconds (the
+first time at start-up), for each case of its cases file (or of the cases loaded into the store):
+- (a cases file is loaded into the store first, so the traces are matched to its cases)
+- a fresh trace id and span id are drawn, and the question is sent to the app (`request:`) with
+  `traceparent: 00-<trace id>-<span id>-01` and `baggage: rag.case.id=<id>,rag.probe=<name>`, at
+  most `concurrency` requests at once;
+- ragpulse stores its own CLIENT span for the request (`probe <name>`, the trace's root: the
+  question, the case id, the probe and its run, the HTTP method, URL and status), submitted
+  through the ingest pipeline like any received span. The app's spans continue the trace through
+  the traceparent, so the assembled trace holds both, and the case is matched by `rag.case.id`;
+- an app that dropped the context starts a trace of its own: that trace is matched to the case by
+  its question (`traces.case_match = 'question'`) and found by that, within the run's time.
+
+After the last request the run waits (at most `wait` seconds, looking every second) until each
+request's trace is assembled and scored, then records in `probe_runs` what was sent, answered,
+received and missed, each case's result and the scores' summary. Only the leader runs probes
+(`Store.is_leader`: several replicas share one schedule). The judge calls of probe traces go
+through the normal judge stage, under the one judge budget.
+
+The pure parts (templates, headers, the client span, results and summary) are plain functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from collector.background import BackgroundWorker
+from collector.datasets import DatasetError, cases_table, read_cases
+from collector.monitoring.windows import sql_string, utc_now
+from collector.pipeline import IngestPipeline, Overloaded, Stopped
+from collector.probes.config import ProbeConfig
+from collector.sql import QueryError
+from collector.store.base import Store
+from collector.store.tables import PROBE_RUNS
+from collector.telemetry import Metrics
+from semconv import names
+
+log = logging.getLogger(__name__)
+
+SCOPE_NAME = "ragpulse.probes"
+PROTOCOL = "probe"  # the ingest pipeline's protocol label of ragpulse's own client spans
+POLL_SECONDS = 1.0  # between two looks at the store for a run's traces
+TICK_SECONDS = 1.0  # between two looks at which probes are due
+_NOT_LEADER_WAIT = 10.0  # seconds between two looks at whether this replica leads now
+_SUBMIT_PATIENCE = 10.0  # seconds a client span waits for room in the ingest queue
+_MAX_CASES = 100_000
+_CLOCK_SKEW = timedelta(
+    seconds=1
+)  # an app's trace found by question may start this much "before" its request
+_ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+# Attributes of ragpulse's client span.
+PROBE_ATTRIBUTE = names.RAG_PROBE
+PROBE_RUN_ATTRIBUTE = names.RAG_PROBE_RUN
+CASE_ID_ATTRIBUTE = names.RAG_CASE_ID
+QUESTION_ATTRIBUTE = names.RAG_QUESTION
+
+
+class ProbeError(Exception):
+    """A run that cannot run at all (its cases cannot be read, a header variable is not set)."""
+
+
+@dataclass(frozen=True)
+class ProbeCase:
+    case_id: str
+    question: str
+
+
+@dataclass
+class ProbeResult:
+    """One request of a run: what was sent and what came back."""
+
+    case_id: str
+    question: str
+    trace_id: str  # ragpulse's trace (its client span's), which the app continues
+    span_id: str
+    method: str
+    url: str
+    start_ns: int
+    end_ns: int
+    http_status: int | None
+    # answered (2xx) | http_error | timeout | unreachable | error | not_sent
+    outcome: str
+    error: str | None = None
+    latency_ms: float | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.outcome == "answered"
+
+    @property
+    def sent(self) -> bool:
+        return self.outcome != "not_sent"
+
+
+# --------------------------------------------------------------------------- pure: the request
+
+
+def fill(value: Any, question: str, case_id: str) -> Any:
+    """`{question}` and `{case_id}` replaced in every string of `value` (dicts and lists walked)."""
+    if isinstance(value, str):
+        return value.replace("{question}", question).replace("{case_id}", case_id)
+    if isinstance(value, dict):
+        return {key: fill(item, question, case_id) for key, item in value.items()}
+    if isinstance(value, list):
+        return [fill(item, question, case_id) for item in value]
+    return value
+
+
+def request_url(template: str, question: str, case_id: str) -> str:
+    """The URL with `{question}` and `{case_id}` replaced, percent-encoded (`?q={question}`)."""
+    return template.replace("{question}", quote(question, safe="")).replace(
+        "{case_id}", quote(case_id, safe="")
+    )
+
+
+def expand_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """Header values with `${VAR}` read from `environ`; a variable that is not set is a ProbeError
+    naming the header and the variable."""
+    expanded = {}
+    for name, value in headers.items():
+
+        def variable(match: re.Match[str], header: str = name) -> str:
+            found = environ.get(match.group(1))
+            if found is None:
+                raise ProbeError(
+                    f"request.headers.{header}: environment variable {match.group(1)} is not set"
+                )
+            return found
+
+        expanded[name] = _ENV_VAR.sub(variable, value)
+    return expanded
+
+
+def baggage_header(entries: Mapping[str, str]) -> str:
+    """A W3C `baggage` value: `key=value` pairs, values percent-encoded."""
+    return ",".join(f"{key}={quote(value, safe='')}" for key, value in entries.items())
+
+
+def trace_headers(trace_id: str, span_id: str, probe: str, case_id: str) -> dict[str, str]:
+    """The trace context of one probe request: the app continues ragpulse's trace under its span."""
+    return {
+        "traceparent": f"00-{trace_id}-{span_id}-01",
+        "baggage": baggage_header({CASE_ID_ATTRIBUTE: case_id, PROBE_ATTRIBUTE: probe}),
+    }
+
+
+def new_ids() -> tuple[str, str]:
+    """A fresh trace id (32 hex digits) and span id (16), never all zeros."""
+    while True:
+        trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+        if int(trace_id, 16) and int(span_id, 16):
+            return trace_id, span_id
+
+
+def _attribute(key: str, value: str | int) -> KeyValue:
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+def client_span_request(
+    probe: str, service_name: str, run_id: str, result: ProbeResult
+) -> ExportTraceServiceRequest:
+    """ragpulse's CLIENT span of one probe request, as an OTLP export: the root of the trace the app
+    continues (no parent), with the question, the case, the probe and its run, and the HTTP call;
+    status ERROR with the reason when the request failed."""
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    resource_spans.resource.attributes.append(_attribute("service.name", service_name))
+    scope_spans = resource_spans.scope_spans.add()
+    scope_spans.scope.name = SCOPE_NAME
+    span = scope_spans.spans.add()
+    span.trace_id = bytes.fromhex(result.trace_id)
+    span.span_id = bytes.fromhex(result.span_id)
+    span.kind = Span.SpanKind.SPAN_KIND_CLIENT
+    span.name = f"probe {probe}"
+    span.start_time_unix_nano = result.start_ns
+    span.end_time_unix_nano = max(result.end_ns, result.start_ns)
+    attributes: list[tuple[str, str | int]] = [
+        (PROBE_ATTRIBUTE, probe),
+        (PROBE_RUN_ATTRIBUTE, run_id),
+        (CASE_ID_ATTRIBUTE, result.case_id),
+        (QUESTION_ATTRIBUTE, result.question),
+        ("http.request.method", result.method),
+        ("url.full", result.url),
+    ]
+    if result.http_status is not None:
+        attributes.append(("http.response.status_code", result.http_status))
+    span.attributes.extend(_attribute(key, value) for key, value in attributes)
+    if result.error is not None:
+        span.status.code = Status.StatusCode.STATUS_CODE_ERROR
+        span.status.message = result.error
+    return request
+
+
+# --------------------------------------------------------------------------- pure: what came back
+
+
+def scored(row: Mapping[str, Any] | None) -> bool:
+    """Whether an assembled trace's scoring is over: it has scores (and no judge work pending), or
+    it was not sampled for any (`skip`: nothing to score, such as a trace with no RAG step)."""
+    if row is None:
+        return False
+    if row.get("sample_decision") == "skip":
+        return True
+    return bool(row.get("n_scores")) and row.get("judge_status") != "pending"
+
+
+def _continued(row: Mapping[str, Any] | None) -> bool:
+    """Whether ragpulse's trace holds spans of the app too (the app continued the trace)."""
+    return row is not None and (row.get("span_count") or 0) > 1
+
+
+def _utc(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9, UTC).replace(tzinfo=None)
+
+
+def _time(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+def assign_question_traces(
+    results: Sequence[ProbeResult],
+    own: Mapping[str, Mapping[str, Any]],
+    candidates: Iterable[Mapping[str, Any]],
+) -> dict[str, str]:
+    """For the requests whose trace the app did not continue (their trace holds ragpulse's span
+    alone, or has not arrived), the trace the app started instead, found by question: `candidates`
+    are traces matched to a case by question (`trace_id, case_id, start_time`). Each request takes
+    the earliest unclaimed candidate of its case that started after it (less a second of clock
+    skew), in the order the requests were sent. Returns ragpulse's trace id -> the app's."""
+    by_case: dict[str, list[tuple[datetime, str]]] = {}
+    for row in candidates:
+        started = _time(row.get("start_time"))
+        if started is not None and row.get("case_id") is not None:
+            by_case.setdefault(str(row["case_id"]), []).append((started, str(row["trace_id"])))
+    for found in by_case.values():
+        found.sort()
+    taken: set[str] = set()
+    assigned: dict[str, str] = {}
+    for result in sorted(results, key=lambda r: r.start_ns):
+        if not result.sent or _continued(own.get(result.trace_id)):
+            continue
+        sent_at = _utc(result.start_ns) - _CLOCK_SKEW
+        for started, trace_id in by_case.get(result.case_id, []):
+            if trace_id not in taken and started >= sent_at:
+                taken.add(trace_id)
+                assigned[result.trace_id] = trace_id
+                break
+    return assigned
+
+
+def settled(result: ProbeResult, own: Mapping[str, Any] | None, app: Mapping[str, Any] | None) -> bool:
+    """Whether there is nothing more to wait for about one request: its app trace (the continued
+    one, or the one found by question) is assembled and scored; for a request the app did not
+    answer, ragpulse's own trace assembled is enough (such a request may leave no app trace)."""
+    if not result.sent:
+        return True
+    if _continued(own):
+        return scored(own)
+    if app is not None:
+        return scored(app)
+    return own is not None and not result.answered
+
+
+def result_rows(
+    results: Sequence[ProbeResult],
+    own: Mapping[str, Mapping[str, Any]],
+    by_question: Mapping[str, str],
+) -> list[dict[str, Any]]:
+    """The `results` of a run: per case, ragpulse's trace, the app's (the one found by question when
+    the context was dropped, else the same), the HTTP status, latency, error, and whether the app's
+    trace arrived."""
+    rows = []
+    for result in results:
+        continued = _continued(own.get(result.trace_id))
+        app_trace = by_question.get(result.trace_id) if not continued else None
+        rows.append(
+            {
+                "case_id": result.case_id,
+                "question": result.question,
+                "trace_id": result.trace_id,
+                "app_trace_id": app_trace or result.trace_id,
+                "http_status": result.http_status,
+                "latency_ms": None if result.latency_ms is None else round(result.latency_ms, 3),
+                "error": result.error,
+                "outcome": result.outcome,
+                "received": continued or app_trace is not None,
+                "matched_by": "case_id" if continued else "question" if app_trace else None,
+            }
+        )
+    return rows
+
+
+def tally(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """A run's counts from its `results`: cases, answered, errors, traces received and missing."""
+    sent = [r for r in rows if r["outcome"] != "not_sent"]
+    answered = [r for r in sent if r["outcome"] == "answered"]
+    return {
+        "cases": len(rows),
+        "answered": len(answered),
+        "errors": len(sent) - len(answered),
+        "traces_received": sum(bool(r["received"]) for r in sent),
+        "missing_traces": sum(not r["received"] for r in answered),
+    }
+
+
+def summarize(scores: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per score name over a run's traces (`name, value, status` rows): how many, the counts per
+    status, the mean of the values (pass and fail: an error or skipped score has none), and the pass
+    rate over the scores that applied (all but skipped; an error never passes)."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for score in scores:
+        groups.setdefault(str(score["name"]), []).append(score)
+    summary = {}
+    for name in sorted(groups):
+        rows = groups[name]
+        counts = {s: sum(r["status"] == s for r in rows) for s in ("pass", "fail", "error", "skipped")}
+        values = [
+            float(r["value"]) for r in rows if r["status"] in ("pass", "fail") and r["value"] is not None
+        ]
+        applied = len(rows) - counts["skipped"]
+        summary[name] = {
+            "n": len(rows),
+            "n_pass": counts["pass"],
+            "n_fail": counts["fail"],
+            "n_error": counts["error"],
+            "n_skipped": counts["skipped"],
+            "mean": sum(values) / len(values) if values else None,
+            "pass_rate": counts["pass"] / applied if applied else None,
+        }
+    return summary
+
+
+def due_probes(next_due: Mapping[str, datetime], now: datetime, running: Collection[str]) -> list[str]:
+    """The probes whose time has come and that are not running already, in config order."""
+    return [name for name, due in next_due.items() if due <= now and name not in running]
+
+
+def _ids_sql(ids: Iterable[str]) -> str:
+    return ", ".join(sql_string(i) for i in ids) or "NULL"
+
+
+def _timestamp_sql(moment: datetime) -> str:
+    return f"TIMESTAMP '{moment.isoformat(sep=' ')}'"
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+class ProbeRunner(BackgroundWorker):
+    """Runs the probes that are due, each run on a thread of its own; `run_once(name)` is one run."""
+
+    def __init__(
+        self,
+        store: Store,
+        probes: Sequence[ProbeConfig],
+        pipeline: IngestPipeline,
+        metrics: Metrics,
+        sql_timeout: float = 30.0,
+        clock: Callable[[], datetime] = utc_now,
+        environ: Mapping[str, str] | None = None,
+        poll: float = POLL_SECONDS,
+        on_cases: Callable[[], object] | None = None,
+    ) -> None:
+        self._store = store
+        self._probes = {p.name: p for p in probes}
+        self._pipeline = pipeline
+        self._metrics = metrics
+        self._sql_timeout = sql_timeout
+        self._clock = clock
+        self._environ = os.environ if environ is None else environ
+        self._poll = poll
+        self._on_cases = on_cases
+        now = clock()
+        self._next = {name: now for name in self._probes}  # the first run at start-up
+        self._active: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._leader_again_at = 0.0
+        self._client = httpx.Client(follow_redirects=False)
+        super().__init__("ragpulse-probes")
+
+    # ------------------------------------------------------------------ schedule
+
+    def _run(self) -> None:
+        self._run_every(TICK_SECONDS, self.run_due, log, "a probe round failed; retrying at the next")
+
+    def run_due(self) -> list[str]:
+        """Start a run of each probe that is due (when this replica leads); returns their names."""
+        with self._lock:
+            active = set(self._active)
+        now = self._clock()
+        due = due_probes(self._next, now, active)
+        if not due or time.monotonic() < self._leader_again_at:
+            return []
+        if not self._store.is_leader():  # one replica runs them for all
+            self._leader_again_at = time.monotonic() + _NOT_LEADER_WAIT
+            self._follow_schedule()
+            return []
+        started = []
+        for name in due:
+            if not self._claim(name):
+                continue
+            self._next[name] = now + timedelta(seconds=self._probes[name].every)
+            thread = threading.Thread(target=self._run_claimed, args=(name,), name=f"ragpulse-probe-{name}")
+            thread.daemon = True
+            with self._lock:
+                self._threads = [t for t in self._threads if t.is_alive()]
+                self._threads.append(thread)
+            thread.start()
+            started.append(name)
+        return started
+
+    def _follow_schedule(self) -> None:
+        """While another replica leads, keep to the schedule its runs set: a replica that takes over
+        runs a probe `every` seconds after the last run, wherever it ran."""
+        for name, probe in self._probes.items():
+            last = self._store.read_probe_runs(name, 1)
+            if last.num_rows:
+                started = last["started_at"][0].as_py()
+                self._next[name] = max(self._next[name], started + timedelta(seconds=probe.every))
+
+    def _claim(self, name: str) -> bool:
+        with self._lock:
+            if name in self._active:
+                return False
+            self._active.add(name)
+            return True
+
+    def _release(self, name: str) -> None:
+        with self._lock:
+            self._active.discard(name)
+
+    def _run_claimed(self, name: str) -> None:
+        try:
+            self._run_probe(name)
+        except Exception:
+            log.exception("probe %s: the run failed", name)
+        finally:
+            self._release(name)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop after the runs in progress (they stop sending, stop waiting and record themselves)."""
+        deadline = time.monotonic() + timeout
+        super().stop(timeout)
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._client.close()
+
+    # ------------------------------------------------------------------ one run
+
+    def run_once(self, name: str) -> dict[str, Any]:
+        """One run of the probe `name`, now, in this thread; returns its `probe_runs` row."""
+        if name not in self._probes:
+            raise KeyError(f"no probe named {name!r}")
+        if not self._claim(name):
+            raise RuntimeError(f"probe {name!r} is running already")
+        try:
+            return self._run_probe(name)
+        finally:
+            self._release(name)
+
+    def _run_probe(self, name: str) -> dict[str, Any]:
+        probe = self._probes[name]
+        started = self._clock()
+        row: dict[str, Any] = {
+            "run_id": secrets.token_hex(8),
+            "probe": name,
+            "started_at": started,
+            "status": "running",
+        }
+        self._write(row)
+        log.info("probe %s: run %s started", name, row["run_id"])
+        try:
+            self._send_and_wait(probe, row)
+        except ProbeError as exc:
+            log.error("probe %s: run %s could not run: %s", name, row["run_id"], exc)
+            row.update(status="failed", error=str(exc), cases=0, answered=0, errors=0)
+        except Exception as exc:  # recorded, never left `running`
+            log.exception("probe %s: run %s failed", name, row["run_id"])
+            row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        row["finished_at"] = self._clock()
+        self._write(row)
+        self._metrics.probe_runs.labels(name, row["status"]).inc()
+        log.info(
+            "probe %s: run %s %s: %s of %s answered, %s traces received",
+            name,
+            row["run_id"],
+            row["status"],
+            row.get("answered"),
+            row.get("cases"),
+            row.get("traces_received"),
+        )
+        return row
+
+    def _send_and_wait(self, probe: ProbeConfig, row: dict[str, Any]) -> None:
+        cases = self._cases(probe)
+        headers = expand_headers(probe.request.headers, self._environ)
+        started: datetime = row["started_at"]
+        with ThreadPoolExecutor(probe.concurrency, thread_name_prefix=f"ragpulse-probe-{probe.name}") as pool:
+            results = list(pool.map(lambda case: self._send(probe, row["run_id"], case, headers), cases))
+        own, by_question, complete = self._await_traces(probe, started, results)
+        rows = result_rows(results, own, by_question)
+        app_traces = [r["app_trace_id"] for r in rows if r["received"]]
+        row.update(tally(rows))
+        row["results"] = orjson.dumps(rows).decode()
+        row["summary"] = orjson.dumps(summarize(self._scores(app_traces))).decode()
+        stopped = any(not r.sent for r in results) or (not complete and self._stopping.is_set())
+        row["status"] = "failed" if stopped else "done"
+        if stopped:
+            row["error"] = "ragpulse stopped during the run"
+
+    def _cases(self, probe: ProbeConfig) -> list[ProbeCase]:
+        """The run's cases: its cases file, read now and loaded into the store (replacing cases with
+        the same ids, as `ragpulse datasets load` does), or the cases loaded into the store."""
+        if probe.cases is not None:
+            try:
+                loaded = read_cases(Path(probe.cases))
+            except DatasetError as exc:
+                raise ProbeError(f"cases: {exc}") from None
+            cases = [ProbeCase(c.id, c.question) for c in loaded]
+            where = f"the cases file {probe.cases}"
+            if loaded:  # into the store, so the case matching of the traces knows their references
+                self._store.write_cases(cases_table(loaded, probe.cases))
+                if self._on_cases is not None:
+                    self._on_cases()
+        else:
+            rows = self._query(f"SELECT case_id, question FROM cases ORDER BY case_id LIMIT {_MAX_CASES}")
+            cases = [ProbeCase(str(r["case_id"]), str(r["question"])) for r in rows if r["question"]]
+            where = "the store (no cases loaded: ragpulse datasets load)"
+        if not cases:
+            raise ProbeError(f"no cases to send: none in {where}")
+        return cases
+
+    def _send(
+        self, probe: ProbeConfig, run_id: str, case: ProbeCase, headers: Mapping[str, str]
+    ) -> ProbeResult:
+        """One request, and ragpulse's client span of it submitted to the ingest pipeline."""
+        config = probe.request
+        trace_id, span_id = new_ids()
+        url = request_url(config.url, case.question, case.case_id)
+        result = ProbeResult(
+            case.case_id, case.question, trace_id, span_id, config.method, url, 0, 0, None, "not_sent"
+        )
+        if self._stopping.is_set():
+            result.error = "not sent: ragpulse was stopping"
+            return result
+        body = fill(config.json_body, case.question, case.case_id)
+        sent_headers = {**headers, **trace_headers(trace_id, span_id, probe.name, case.case_id)}
+        result.start_ns, clock = time.time_ns(), time.perf_counter()
+        try:
+            response = self._client.request(
+                config.method, url, json=body, headers=sent_headers, timeout=config.timeout
+            )
+        except httpx.TimeoutException:
+            result.outcome, result.error = "timeout", f"no answer within {config.timeout:g} s"
+        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
+            result.outcome, result.error = "unreachable", f"cannot connect: {exc}"
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+            result.outcome, result.error = "error", f"{type(exc).__name__}: {exc}"
+        else:
+            result.http_status = response.status_code
+            if response.is_success:
+                result.outcome = "answered"
+            else:
+                result.outcome, result.error = "http_error", f"HTTP {response.status_code}"
+        result.latency_ms = (time.perf_counter() - clock) * 1000.0
+        result.end_ns = result.start_ns + int(result.latency_ms * 1e6)
+        self._metrics.probe_requests.labels(probe.name, result.outcome).inc()
+        self._submit(client_span_request(probe.name, probe.service_name, run_id, result))
+        return result
+
+    def _submit(self, request: ExportTraceServiceRequest) -> None:
+        """Through the pipeline the receivers use (stored, redacted, forwarded, assembled alike); a
+        full queue is waited out a while, as an exporter would retry."""
+        deadline = time.monotonic() + _SUBMIT_PATIENCE
+        while True:
+            try:
+                self._pipeline.submit(request, PROTOCOL)
+                return
+            except Overloaded:
+                if time.monotonic() > deadline or self._stopping.wait(0.2):
+                    log.warning("a probe's client span was dropped: the ingest queue stayed full")
+                    return
+            except Stopped:
+                log.warning("a probe's client span was dropped: ragpulse is stopping")
+                return
+
+    # ------------------------------------------------------------------ waiting for the traces
+
+    def _await_traces(
+        self, probe: ProbeConfig, started: datetime, results: Sequence[ProbeResult]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, str], bool]:
+        """Look at the store every `poll` seconds, at most `probe.wait` seconds, until every request
+        is settled. Returns ragpulse's traces (by id), the traces found by question, and whether
+        every request settled."""
+        deadline = time.monotonic() + probe.wait
+        while True:
+            own, found = self._look(started, results)
+            by_question = assign_question_traces(results, own, found.values())
+            if all(
+                settled(r, own.get(r.trace_id), found.get(by_question.get(r.trace_id, ""))) for r in results
+            ):
+                return own, by_question, True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stopping.wait(min(self._poll, remaining)):
+                return own, by_question, False
+
+    _TRACE_COLUMNS = (
+        "t.trace_id, t.case_id, t.start_time, t.span_count, t.sample_decision, t.judge_status, "
+        "(SELECT count(*) FROM scores s WHERE s.trace_id = t.trace_id) AS n_scores"
+    )
+
+    def _look(
+        self, started: datetime, results: Sequence[ProbeResult]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        ids = [r.trace_id for r in results if r.sent]
+        own = self._query(f"SELECT {self._TRACE_COLUMNS} FROM traces t WHERE t.trace_id IN ({_ids_sql(ids)})")
+        cases = {r.case_id for r in results if r.sent}
+        found = self._query(
+            f"SELECT {self._TRACE_COLUMNS} FROM traces t WHERE t.case_match = 'question' "
+            f"AND t.case_id IN ({_ids_sql(cases)}) AND t.start_time >= {_timestamp_sql(started)} "
+            "ORDER BY t.start_time"
+        )
+        return {r["trace_id"]: r for r in own}, {r["trace_id"]: r for r in found}
+
+    def _scores(self, trace_ids: Sequence[str]) -> list[dict[str, Any]]:
+        if not trace_ids:
+            return []
+        return self._query(
+            f"SELECT name, value, status FROM scores WHERE trace_id IN ({_ids_sql(trace_ids)})"
+        )
+
+    def _query(self, sql: str) -> list[dict[str, Any]]:
+        try:
+            return self._store.query(sql, 1_000_000, self._sql_timeout).records()
+        except QueryError as exc:
+            raise RuntimeError(f"probe query failed: {exc}") from None
+
+    def _write(self, row: Mapping[str, Any]) -> None:
+        self._store.write_probe_run(PROBE_RUNS.arrow_table({k: [v] for k, v in row.items()}, 1))
