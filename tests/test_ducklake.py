@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import grpc
 import httpx
 import pyarrow as pa
@@ -31,7 +32,7 @@ from collector.service import BackgroundService
 from collector.sql import QueryError
 from collector.store import open_store
 from collector.store.config import StoreConfig
-from collector.store.ducklake_store import DuckLakeStore, LakeCoordinator
+from collector.store.ducklake_store import EXTENSIONS, DuckLakeStore, LakeCoordinator, extension_path
 from collector.store.tables import DOCUMENTS, SCORE_AGGREGATES, SCORES, STEPS, TRACES
 from semconv import emit
 from tests.helpers import (
@@ -204,6 +205,56 @@ def test_a_new_lake_has_every_table_and_the_sql_surface_stays_read_only(lake: di
     assert "read-only" in refused[0].lower() or "read only" in refused[0].lower()
     assert "disabled" in refused[1]
     assert "only read-only queries" in refused[2]
+
+
+def _older_writer_inserts(lake: dict[str, Any], statement: str) -> None:
+    """An insert by a writer with DuckLake's default settings (as ragpulse before version 7 had
+    them): a small insert is inlined into the catalog instead of a Parquet file."""
+    older = duckdb.connect()
+    for module, extension in EXTENSIONS:
+        older.execute(f"LOAD '{extension_path(module, extension)}'")
+    older.execute(f"ATTACH 'ducklake:{lake['catalog']}' AS lake (DATA_PATH '{lake['data_path']}')")
+    older.execute(statement)
+    older.close()
+
+
+def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str, Any]) -> None:
+    """A lake as version 6 left it (no probe columns, no alert slices, no probe runs, its aggregates
+    view keyed without `probe`), with a row an older writer inlined in the catalog: opening it runs
+    migration 7 on the partial rows' table and rebuilds the view with the grown key; a dimension
+    added after, and maintenance, keep every row readable."""
+    with lake_store(lake, "r1") as store, store._cursor() as con:
+        for table, column in (
+            ("traces", "probe"), ("traces", "probe_run"), ("scores", "probe"),
+            ("score_aggregate_parts", "probe"), ("alerts", "slice"), ("alert_events", "slice"),
+        ):  # fmt: skip
+            con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        con.execute("DROP TABLE probe_runs")
+        con.execute("DELETE FROM ragpulse_schema WHERE version = 7")
+        con.execute(
+            "CREATE OR REPLACE VIEW score_aggregates AS "
+            "SELECT bucket, service_name, name, sum(n)::BIGINT AS n FROM score_aggregate_parts GROUP BY ALL"
+        )
+    _older_writer_inserts(lake, "INSERT INTO lake.score_aggregate_parts (name, n) VALUES ('faithfulness', 3)")
+    with lake_store(lake, "r1") as store:
+        version = store.query("SELECT max(version) FROM ragpulse_schema", 1, 10).rows
+        view = store.query("SELECT name, probe, n FROM score_aggregates", 10, 10).rows
+        runs = store.query("SELECT count(*) FROM probe_runs", 1, 10).rows
+        with store._cursor() as con:
+            con.execute("INSERT INTO score_aggregate_parts (name, n) VALUES ('citation', 1)")
+        seen = store.query("SELECT count(*) FROM score_aggregate_parts", 1, 10).rows
+        store.add_dimensions(["category"])
+        between = store.query("SELECT count(*) FROM score_aggregate_parts", 1, 10).rows
+        store.maintain()
+        after = store.query(
+            "SELECT name, probe, category, n FROM score_aggregates ORDER BY name", 10, 10
+        ).rows
+    from collector.store.migrations import LATEST_VERSION
+
+    assert version == [(LATEST_VERSION,)]
+    assert view == [("faithfulness", None, 3)] and runs == [(0,)]
+    assert seen == between == [(2,)]
+    assert after == [("citation", None, None, 1), ("faithfulness", None, None, 3)]
 
 
 def test_claims_give_each_set_of_spans_to_one_replica(lake: dict[str, Any]) -> None:
