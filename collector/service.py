@@ -45,6 +45,7 @@ from collector.processors.redaction import Redactor
 from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoringSetup
 from collector.processors.slices import slicing
+from collector.processors.spill import SpillDirectory, spill_directory
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.receivers.tls import ServerTls, TlsError
@@ -134,7 +135,13 @@ class Service:
         if cfg.assembler.enabled:
             scoring = self._start_scoring(self.store)
             self.assembler = TraceAssembler(
-                self.store, cfg.assembler, self.metrics, scoring=scoring, dimensions=dimensions, caps=caps
+                self.store,
+                cfg.assembler,
+                self.metrics,
+                scoring=scoring,
+                dimensions=dimensions,
+                caps=caps,
+                spill=SpillDirectory(spill_directory(cfg)),
             )
             self.writer.add_listener(self.assembler.on_commit)
             self.writer.add_gate(self.assembler.accepting)

@@ -111,6 +111,11 @@ class Metrics:
             "Spans not kept in memory for assembly (past assembler.max_held_spans): read back from the store",
             registry=r,
         )
+        self.assembly_spill_file_spans = Counter(
+            "ragpulse_assembly_spill_file_spans",
+            "Spans past assembler.max_held_spans kept on local disk for assembly (assembler.spill_directory)",
+            registry=r,
+        )
         self.assembly_seconds = Histogram(
             "ragpulse_assembly_seconds",
             "Time to map and write one round of assembled traces",

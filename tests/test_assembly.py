@@ -315,12 +315,13 @@ def test_out_of_order_exports_give_the_same_rows_as_in_order(tmp_path: Path) -> 
         assert _rows_without_ids(svc, shuffled) == expected
 
 
-def test_spans_past_the_memory_bound_are_read_back_from_the_store(tmp_path: Path) -> None:
-    # max_held_spans 1: only the first one-span export is kept in memory, the other four spans are
-    # read back from the store, and the trace is the same as when all is held.
+def test_spans_past_the_memory_bound_wait_on_disk_and_their_files_go_once_assembled(tmp_path: Path) -> None:
+    # max_held_spans 1: only the first one-span export is kept in memory, the other four spans wait
+    # in files of the spill directory, and the trace is the same as when all is held.
     held = make_config(tmp_path / "held", assembler=fast_assembler(decision_wait=0.5))
     spilled = make_config(tmp_path / "spilled", assembler=fast_assembler(decision_wait=0.5, max_held_spans=1))
-    rows = []
+    spill = Path(f"{spilled.store.path}.spill")
+    rows, files_waiting = [], []
     base = time.time_ns()
     for config in (held, spilled):
         Path(config.store.path).parent.mkdir()
@@ -328,12 +329,18 @@ def test_spans_past_the_memory_bound_are_read_back_from_the_store(tmp_path: Path
             spans = {s.span_id: s for s in _nested_trace()}
             for group in ([5], [3], [1], [2, 4]):
                 send(svc.http_url, trace_id_of(7), [spans[i] for i in group], base)
+            if config is spilled:
+                files_waiting = sorted(p.name for p in spill.iterdir())
             wait_traces(svc, 1)
             rows.append(_rows_without_ids(svc, trace_id_of(7)))
-            spilled_spans = metric(svc, "ragpulse_assembly_spilled_spans_total")
-        assert spilled_spans == (4 if config is spilled else 0)
+            on_disk = metric(svc, "ragpulse_assembly_spill_file_spans_total")
+            from_store = metric(svc, "ragpulse_assembly_spilled_spans_total")
+            left = sorted(p.name for p in Path(f"{config.store.path}.spill").iterdir())
+        assert (on_disk, from_store, left) == ((4, 0, []) if config is spilled else (0, 0, []))
     assert rows[0] == rows[1]
     assert rows[0]["traces"][0]["span_count"] == 5
+    assert files_waiting and all(name.endswith(".spans.arrow") for name in files_waiting)
+    assert not spill.exists()  # removed at stop
 
 
 def test_a_full_assembly_backlog_refuses_exports_with_a_retryable_status(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ from collector.processors.mapping_job import (
 )
 from collector.processors.scoring import ScoringSetup, record_metrics, scored_received_times
 from collector.processors.slices import Dimension, SliceCaps
+from collector.processors.spill import SpillDirectory, SpilledBatch
 from collector.store.base import Store
 from collector.store.span_records import SPAN_COLUMNS
 from collector.telemetry import Metrics
@@ -86,16 +87,17 @@ class _Arrivals:
     roots: list[bool]
     spans: int
     batch: SpanBatch | None
+    file: SpilledBatch | None = None  # the batch's rows, on disk
 
 
-def _arrivals(batch: SpanBatch, keep: bool) -> _Arrivals:
+def _arrivals(batch: SpanBatch, keep: bool, file: SpilledBatch | None = None) -> _Arrivals:
     trace_ids = batch.spans["trace_id"].to_pylist()
     roots = pc.is_null(batch.spans["parent_span_id"]).to_pylist()
     if batch.events.num_rows:
         event_traces = pc.unique(batch.events["trace_id"]).to_pylist()
         trace_ids += event_traces
         roots += [False] * len(event_traces)
-    return _Arrivals(trace_ids, roots, batch.spans.num_rows, batch if keep else None)
+    return _Arrivals(trace_ids, roots, batch.spans.num_rows, batch if keep else None, file)
 
 
 @dataclass
@@ -107,9 +109,10 @@ class _Prepared:
 
 @dataclass
 class _HeldBatch:
-    spans: pa.Table
-    events: pa.Table
+    spans: pa.Table | None  # None: on disk (`file`)
+    events: pa.Table | None
     waiting: int  # traces with spans in this batch that are not assembled yet
+    file: SpilledBatch | None = None
 
 
 def lower_thread_priority(niceness: int) -> None:
@@ -135,8 +138,11 @@ class TraceAssembler:
         scoring: ScoringSetup | None = None,
         dimensions: Sequence[Dimension] = (),
         caps: SliceCaps | None = None,
+        spill: SpillDirectory | None = None,
     ) -> None:
         self._config = config
+        # Where batches past `max_held_spans` wait for assembly (None: read back from the store).
+        self._spill = spill
         # Slice dimensions the mapping job reads, and the cap on their values applied here.
         self._dimensions = tuple(dimensions)
         self._caps = caps
@@ -185,8 +191,8 @@ class TraceAssembler:
         """Writer listener: hand over a committed batch (cheap; the work happens on our thread).
 
         When the batches waiting for our thread already hold `max_held_spans` rows (our thread is
-        behind, e.g. starved of CPU by a burst), only the batch's trace ids are kept: its rows are
-        read back from the store at assembly, so a burst costs disk, not memory.
+        behind, e.g. starved of CPU by a burst), the batch's rows go to the spill directory (or,
+        without one, are read back from the store at assembly), so a burst costs disk, not memory.
 
         No wake-up: nothing can be assembled before decision_wait anyway, and a round per
         `poll_interval` makes fewer, larger mapping jobs and store transactions than one per commit."""
@@ -194,7 +200,10 @@ class TraceAssembler:
         if not rows:
             return
         keep = self._inbox_rows + rows <= self._config.max_held_spans
-        item: SpanBatch | _Arrivals = batch if keep else _arrivals(batch, keep=False)
+        item: SpanBatch | _Arrivals = batch
+        if not keep:
+            file = self._spill_batch(batch) if self._spill is not None else None
+            item = _arrivals(batch, keep=False, file=file)
         with self._cond:
             self._inbox.append(item)
             if keep:
@@ -216,6 +225,8 @@ class TraceAssembler:
             self._thread.join(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._spill is not None:
+            self._spill.close()
 
     @property
     def in_flight(self) -> int:
@@ -291,9 +302,9 @@ class TraceAssembler:
     # ------------------------------------------------------------------ bookkeeping
 
     def _hold(self, arrivals: _Arrivals, now: float) -> None:
-        """Note a batch's traces as arrivals, and keep its rows in memory for their assembly,
-        unless they were not kept or `max_held_spans` are held already: then they are read back
-        from the store."""
+        """Note a batch's traces as arrivals, and keep its rows for their assembly: in memory, or
+        on disk once `max_held_spans` are held (without a spill directory, and for a batch whose
+        rows were not kept, they are read back from the store)."""
         batch = arrivals.batch
         spans = None if batch is None else batch.spans.select(self._span_columns)
         batch_id = self._next_batch
@@ -310,15 +321,28 @@ class TraceAssembler:
             pending.last_seen = now
             pending.root_seen = pending.root_seen or bool(is_root)
             touched.add(trace_id)
-        if batch is None or spans is None or self._held_spans + spans.num_rows > self._config.max_held_spans:
+        over = spans is not None and self._held_spans + spans.num_rows > self._config.max_held_spans
+        file = arrivals.file
+        if file is None and batch is not None and over and self._spill is not None:
+            file = self._spill_batch(batch)
+        if file is None and (batch is None or spans is None or over):
             for trace_id in touched:
                 self._pending[trace_id].spilled = True
             self._metrics.assembly_spilled_spans.inc(arrivals.spans)
             return
         for trace_id in touched:
             self._pending[trace_id].batches.append(batch_id)
+        if file is not None:
+            self._held[batch_id] = _HeldBatch(None, None, len(touched), file)
+            return
+        assert batch is not None and spans is not None
         self._held[batch_id] = _HeldBatch(spans, batch.events, len(touched))
         self._held_spans += spans.num_rows
+
+    def _spill_batch(self, batch: SpanBatch) -> SpilledBatch:
+        assert self._spill is not None
+        self._metrics.assembly_spill_file_spans.inc(batch.spans.num_rows)
+        return self._spill.write(batch.spans.select(self._span_columns), batch.events)
 
     def _ready(self, now: float) -> list[tuple[str, str, _Pending]]:
         cfg = self._config
@@ -366,7 +390,10 @@ class TraceAssembler:
             held.waiting -= 1
             if held.waiting <= 0:
                 del self._held[batch_id]
-                self._held_spans -= held.spans.num_rows
+                if held.file is not None and self._spill is not None:
+                    self._spill.remove(held.file)
+                elif held.spans is not None:
+                    self._held_spans -= held.spans.num_rows
 
     # ------------------------------------------------------------------ assembly
 
@@ -520,20 +547,25 @@ class TraceAssembler:
     def _gather(
         self, ready: list[tuple[str, str, _Pending]], from_store: list[str]
     ) -> tuple[pa.Table | None, pa.Table | None]:
-        """The span and event rows of these traces: held batches for new traces, the store for
-        the others (`from_store`)."""
-        in_memory: dict[int, list[str]] = {}
+        """The span and event rows of these traces: held batches (in memory or on disk) for new
+        traces, the store for the others (`from_store`)."""
+        wanted_from: dict[int, list[str]] = {}  # held batch id -> the traces to take from it
         for trace_id, _, pending in ready:
             if not pending.read_back:
                 for batch_id in pending.batches:
-                    in_memory.setdefault(batch_id, []).append(trace_id)
+                    wanted_from.setdefault(batch_id, []).append(trace_id)
         span_parts, event_parts = [], []
-        for batch_id, trace_ids in in_memory.items():
+        for batch_id, trace_ids in wanted_from.items():
             held = self._held[batch_id]
+            if held.file is not None:
+                batch_spans, batch_events = SpillDirectory.read(held.file)
+            else:
+                assert held.spans is not None
+                batch_spans, batch_events = held.spans, held.events
             wanted = pa.array(trace_ids, pa.string())
-            span_parts.append(held.spans.filter(pc.is_in(held.spans["trace_id"], value_set=wanted)))
-            if held.events.num_rows:
-                event_parts.append(held.events.filter(pc.is_in(held.events["trace_id"], value_set=wanted)))
+            span_parts.append(batch_spans.filter(pc.is_in(batch_spans["trace_id"], value_set=wanted)))
+            if batch_events is not None and batch_events.num_rows:
+                event_parts.append(batch_events.filter(pc.is_in(batch_events["trace_id"], value_set=wanted)))
         if from_store:
             spans, events = self._store.read_spans(from_store)
             spans = spans.select(self._span_columns)

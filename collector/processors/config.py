@@ -16,9 +16,13 @@ class AssemblerConfig(Section):
     max_wait: float = Field(60.0, gt=0)
     # Traces waiting to be complete; past it, the oldest are assembled early (reason `pressure`).
     max_traces: int = Field(50_000, gt=0)
-    # Spans kept in memory for traces waiting for assembly; the spans of later batches are read
-    # back from the store when their traces are assembled, so a burst costs disk, not memory.
+    # Spans kept in memory for traces waiting for assembly; later batches wait on local disk
+    # (`spill_directory`) and are read back when their traces are assembled, so a burst costs
+    # disk, not memory.
     max_held_spans: int = Field(50_000, gt=0)
+    # Where those batches wait: null, next to the database file (`<store.path>.spill`), or in the
+    # replica's `store.temp_directory` on a lake. Emptied at every start; the store holds the spans.
+    spill_directory: str | None = None
     # Traces waiting for assembly (incomplete or ready); past it, exports are refused with a
     # retryable status until assembly catches up.
     max_backlog: int = Field(100_000, gt=0)
