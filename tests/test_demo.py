@@ -189,8 +189,15 @@ def test_demo_serve_keeps_serving_the_dashboard_until_interrupted(tmp_path: Path
     url = f"http://127.0.0.1:{http_port}"
     try:
         wait_for(lambda: _answers(f"{url}/api/overview?since=1h"), timeout=120, what="the demo's dashboard")
-        overview = httpx.get(f"{url}/api/overview", params={"since": "1h"}, timeout=10).json()
-        assert sum(s["traces"] for s in overview["services"]) == len(CASES) * len(MODES) * len(CONVENTIONS)
+        # Read once right after start, the count was one trace short on a loaded CI machine (71 of
+        # 72, once in three runs of the same code; the cause is not known): wait for every trace.
+        every = len(CASES) * len(MODES) * len(CONVENTIONS)
+        wait_for(
+            lambda: httpx.get(f"{url}/api/overview", params={"since": "1h"}, timeout=10).json()["services"],
+            lambda services: sum(s["traces"] for s in services) == every,
+            timeout=30,
+            what=f"the dashboard's count of the demo's {every} traces",
+        )
         assert httpx.get(f"{url}/", timeout=10).status_code == 200
     finally:
         demo.send_signal(signal.SIGINT)
