@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import duckdb
 import grpc
 import httpx
+import pyarrow as pa
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
@@ -498,10 +499,12 @@ def seed_scores(
     services: Sequence[str] | str = "shop-bot",
     statuses: Sequence[str] | None = None,
     trace_ids: Sequence[str] | None = None,
+    slices: Mapping[str, Sequence[str | None]] | None = None,
 ) -> None:
     """Write score rows through the store's own path (so `score_aggregates` follows), column-wise:
     one row per bucket, name and value. A status not given is `pass` for a value of at least 0.5,
-    `fail` below, `error` without a value."""
+    `fail` below, `error` without a value. `slices` gives each row's trace a value per dimension
+    (the store must have the dimension: `add_dimensions`): a trace row each, as assembly writes."""
     n = len(buckets)
     if statuses is None:
         statuses = ["error" if v is None else "pass" if v >= 0.5 else "fail" for v in values]
@@ -517,8 +520,13 @@ def seed_scores(
         "evaluator": ["deterministic"] * n,
         "revision": [1] * n,
     }
+    traces = TRACES.arrow_schema().empty_table()
+    if slices:
+        traces = TRACES.arrow_table({"trace_id": columns["trace_id"]}, n)
+        for dimension, values in slices.items():
+            traces = traces.append_column(dimension, pa.array(list(values), pa.string()))
     empty = TraceTables(
-        TRACES.arrow_schema().empty_table(),
+        traces,
         STEPS.arrow_schema().empty_table(),
         DOCUMENTS.arrow_schema().empty_table(),
         scores=SCORES.arrow_table(columns, n),

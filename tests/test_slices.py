@@ -5,7 +5,9 @@ per slice, and the dashboard API split by a dimension."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,14 @@ from collector.monitoring.scope import Scope, parse_slices
 from collector.monitoring.windows import utc_now
 from collector.processors.slices import OTHER, Dimension, DimensionCap, trace_slices
 from collector.service import BackgroundService, Service
+from collector.store.duckdb_store import DuckDBStore
 from semconv import SpanRecord
 from tests.helpers import (
     emit_topic_request,
     fast_assembler,
     make_config,
     run_ragpulse,
+    seed_scores,
     sql,
     versioned_provider,
     wait_for,
@@ -309,3 +313,37 @@ def test_the_store_ranks_a_dimensions_values_for_the_cap_after_a_restart(
     assert svc.store.top_dimension_values("category", 10) == ["account", "refunds", "shipping"]
     assert svc.store.top_dimension_values("category", 2) == ["account", "refunds"]
     assert svc.store.top_dimension_values("colour", 2) == []
+
+
+def test_check_by_a_dimension_finds_the_regression_of_one_slice(tmp_path: Path) -> None:
+    """Faithfulness held in both categories yesterday; today it fell in `shipping` only: the
+    regression is found in that slice, and only there."""
+    db = tmp_path / "sliced.duckdb"
+    now = utc_now().replace(tzinfo=None)
+    rows: list[tuple[datetime, str, float]] = []
+    for days in (1, 0):
+        for i in range(40):
+            moment = now - timedelta(days=days, minutes=1 + i % 30)
+            rows += [(moment, "refunds", 1.0), (moment, "shipping", 1.0 if days else 0.0)]
+    with DuckDBStore(db) as store:
+        store.add_dimensions(["category"])
+        seed_scores(
+            store,
+            [r[0] for r in rows],
+            ["faithfulness"] * len(rows),
+            [r[2] for r in rows],
+            trace_ids=[f"{i:032x}" for i in range(len(rows))],
+            slices={"category": [r[1] for r in rows]},
+        )
+    result = run_ragpulse(
+        "check", "--db", str(db), "--since", "1h", "--regression", "--by", "category", "--json", cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    comparisons = json.loads(result.stdout)["regression"]["comparisons"]
+    assert {c["slice"] for c in comparisons} == {"category=refunds", "category=shipping"}
+    regressed = {(c["slice"], c["metric"]) for c in comparisons if c["status"] == "regressed"}
+    assert regressed == {("category=shipping", "mean"), ("category=shipping", "pass_rate")}
+    table = run_ragpulse(
+        "check", "--db", str(db), "--since", "1h", "--regression", "--by", "category", cwd=tmp_path
+    )
+    assert table.returncode == 1 and "category=shipping" in table.stdout

@@ -25,7 +25,7 @@ from collector.monitoring.gates import (
     check_gates_by,
 )
 from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
-from collector.monitoring.scope import Scope, check_dimension, parse_slices
+from collector.monitoring.scope import Scope, check_dimension, parse_slices, slice_values
 from collector.monitoring.windows import Window, parse_duration, parse_time, utc_now
 
 EXIT_PASS, EXIT_FAIL, EXIT_INSUFFICIENT = 0, 1, 2
@@ -64,7 +64,7 @@ def _gates(kind: GateKind, values: tuple[str, ...]) -> list[Gate]:
     "--by",
     "by",
     metavar="DIMENSION",
-    help="Gate each value of a slice dimension apart (monitoring.dimensions); exit 1 names failing slices.",
+    help="Gate (and compare) each value of a slice dimension apart; exit 1 names failing slices.",
 )
 @click.option(
     "--slice",
@@ -162,8 +162,6 @@ def check(
             check_dimension(by)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--by / --slice") from None
-    if by is not None and regression:
-        raise click.UsageError("--by gates each slice; --regression compares each service: run them apart")
     config, url = target(ctx, config_path, server, db)
     monitoring = config.monitoring
     try:
@@ -194,13 +192,13 @@ def check(
         def query(sql: str) -> list[dict[str, Any]]:
             return run(sql, config.sql.max_rows)[0]
 
-        if by is not None:
-            reports = check_gates_by(query, gates, window, scope, by, samples, monitoring.confidence)
-            if not reports:  # nothing in the window: each gate is short of data
-                reports = [check_gates(query, gates, window, scope, samples, monitoring.confidence)]
-        else:
-            reports = [_run(query, gates, window, scope, samples, monitoring.confidence)]
-        comparisons = compare(query, window, baseline, scope, settings) if regression else None
+        confidence = monitoring.confidence
+        reports = check_gates_by(query, gates, window, scope, by, samples, confidence) if by and gates else []
+        # Without --by (or a gate), or with nothing in the window to split: the whole scope's report.
+        reports = reports or [_run(query, gates, window, scope, samples, confidence)]
+        comparisons = None
+        if regression:
+            comparisons = compare_by(query, window, baseline, scope, by, settings)
     code = exit_code([r for report in reports for r in report.results], comparisons)
     outcome = Outcome(reports, scope, by, comparisons, baseline, code)
     if as_json:
@@ -229,6 +227,27 @@ def _run(
     if not gates:
         return GateReport(window, scope)
     return check_gates(query, gates, window, scope, samples, confidence)
+
+
+def compare_by(
+    query: Query,
+    window: Window,
+    baseline: Baseline,
+    scope: Scope,
+    by: str | None,
+    settings: RegressionSettings,
+) -> list[Comparison]:
+    """The regression comparisons of the scope, or of each value of `by` (each slice's comparisons
+    tested and corrected on their own, and labelled with their slice)."""
+    if by is None:
+        return compare(query, window, baseline, scope, settings)
+    found = []
+    for value in slice_values(query, window, scope, by):
+        sliced = scope.with_slice(by, value)
+        for comparison in compare(query, window, baseline, sliced, settings):
+            comparison.slice = sliced.slice_label
+            found.append(comparison)
+    return found
 
 
 def failing_slices(reports: list[GateReport]) -> list[str]:
@@ -312,6 +331,7 @@ def _print(outcome: Outcome) -> None:
         click.echo(f"regression: against {baseline.describe(window)}")
         rows = [
             [
+                *([c.slice or "-"] if by else []),
                 c.service or "",
                 c.score,
                 c.metric.replace("_", " "),
@@ -326,6 +346,7 @@ def _print(outcome: Outcome) -> None:
             for c in comparisons
         ]
         headers = [
+            *(["slice"] if by else []),
             "service",
             "score",
             "figure",

@@ -68,6 +68,7 @@ class Comparison:
     n_recent: int
     p_value: float | None = None
     status: ComparisonStatus = "insufficient"
+    slice: str | None = None  # `check --by`: the slice compared (`category=refunds`)
 
     @property
     def effect(self) -> float | None:
@@ -87,6 +88,7 @@ class Comparison:
             "n_recent": self.n_recent,
             "p_value": self.p_value,
             "status": self.status,
+            "slice": self.slice,
         }
 
 
