@@ -69,12 +69,6 @@ _CLOCK_SKEW = timedelta(
 )  # an app's trace found by question may start this much "before" its request
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
-# Attributes of ragpulse's client span.
-PROBE_ATTRIBUTE = names.RAG_PROBE
-PROBE_RUN_ATTRIBUTE = names.RAG_PROBE_RUN
-CASE_ID_ATTRIBUTE = names.RAG_CASE_ID
-QUESTION_ATTRIBUTE = names.RAG_QUESTION
-
 
 class ProbeError(Exception):
     """A run that cannot run at all (its cases cannot be read, a header variable is not set)."""
@@ -161,7 +155,7 @@ def trace_headers(trace_id: str, span_id: str, probe: str, case_id: str) -> dict
     """The trace context of one probe request: the app continues ragpulse's trace under its span."""
     return {
         "traceparent": f"00-{trace_id}-{span_id}-01",
-        "baggage": baggage_header({CASE_ID_ATTRIBUTE: case_id, PROBE_ATTRIBUTE: probe}),
+        "baggage": baggage_header({names.RAG_CASE_ID: case_id, names.RAG_PROBE: probe}),
     }
 
 
@@ -198,10 +192,10 @@ def client_span_request(
     span.start_time_unix_nano = result.start_ns
     span.end_time_unix_nano = max(result.end_ns, result.start_ns)
     attributes: list[tuple[str, str | int]] = [
-        (PROBE_ATTRIBUTE, probe),
-        (PROBE_RUN_ATTRIBUTE, run_id),
-        (CASE_ID_ATTRIBUTE, result.case_id),
-        (QUESTION_ATTRIBUTE, result.question),
+        (names.RAG_PROBE, probe),
+        (names.RAG_PROBE_RUN, run_id),
+        (names.RAG_CASE_ID, result.case_id),
+        (names.RAG_QUESTION, result.question),
         ("http.request.method", result.method),
         ("url.full", result.url),
     ]

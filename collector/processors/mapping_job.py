@@ -137,7 +137,7 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
         item.case_match = match_case(trace, cases)
         item.slices = trace_slices(trace.root_span_id, spans, job.dimensions, resources)
         if scoring is not None:
-            result = score_trace(trace, spans, scoring.setup, scoring.evaluators)
+            result = score_trace(trace, spans, scoring.setup, scoring.evaluators, item.slices.probe)
             item.sample_decision, item.sample_reason = result.decision.decision, result.decision.reason
             item.judge_status, item.scored = result.judge_status, bool(result.scores)
             if result.scores:

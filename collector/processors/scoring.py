@@ -29,7 +29,6 @@ import pyarrow.compute as pc
 
 from collector.processors.config import SamplingConfig
 from collector.processors.sampler import Decision, TraceFacts, decide
-from collector.processors.slices import PROBE_ATTRIBUTE
 from collector.store.tables import EVALUATION_OUTBOX, SCORES, SPAN_EVENTS, WRITEBACK_SOURCE
 from collector.telemetry import Metrics
 from evaluators.registry import build_evaluators, uses_judge
@@ -105,9 +104,11 @@ class ScoredTrace:
         return "pending" if self.decision.judge else None
 
 
-def sample(trace: RagTrace, spans: Sequence[SpanRecord], config: SamplingConfig) -> Decision:
-    """The sampling decision of a mapped trace (spans give the rules their attributes)."""
-    probe = next((s.attributes[PROBE_ATTRIBUTE] for s in spans if PROBE_ATTRIBUTE in s.attributes), None)
+def sample(
+    trace: RagTrace, spans: Sequence[SpanRecord], config: SamplingConfig, probe: str | None = None
+) -> Decision:
+    """The sampling decision of a mapped trace (spans give the rules their attributes; `probe`: the
+    probe that sent it, from its slices)."""
     facts = TraceFacts(
         trace_id=trace.trace_id,
         service_name=trace.service_name,
@@ -115,16 +116,20 @@ def sample(trace: RagTrace, spans: Sequence[SpanRecord], config: SamplingConfig)
         duration_ms=trace.duration_ms,
         attributes=[span.attributes for span in spans],
         applicable=trace.convention != "unknown" and trace.mapping_error is None,
-        probe=None if probe is None else str(probe),
+        probe=probe,
     )
     return decide(facts, config)
 
 
 def score_trace(
-    trace: RagTrace, spans: Sequence[SpanRecord], setup: ScoringSetup, evaluators: Sequence[Evaluator]
+    trace: RagTrace,
+    spans: Sequence[SpanRecord],
+    setup: ScoringSetup,
+    evaluators: Sequence[Evaluator],
+    probe: str | None = None,
 ) -> ScoredTrace:
-    """Sample one trace and run the deterministic evaluators when it is sampled."""
-    decision = sample(trace, spans, setup.sampling)
+    """Sample one trace (a probe's always) and run the deterministic evaluators when it is sampled."""
+    decision = sample(trace, spans, setup.sampling, probe)
     if decision.judge and not setup.judge_entries:
         decision = Decision("deterministic", decision.reason)
     scores = [evaluate(trace) for evaluate in evaluators] if decision.deterministic else []

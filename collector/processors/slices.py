@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from collector.monitoring.config import MonitoringConfig
     from collector.store.base import Store
 
-PROBE_ATTRIBUTE = names.RAG_PROBE
-PROBE_RUN_ATTRIBUTE = names.RAG_PROBE_RUN
 OTHER = "other"
 # A value longer than this is cut: a slice is a label, not a payload.
 MAX_VALUE_CHARS = 200
@@ -62,8 +60,8 @@ def trace_slices(
     `resources`: each span's resource attributes by span id."""
     ordered = sorted(spans, key=lambda s: s.span_id != root_span_id)
     found = TraceSlices(
-        probe=_label(_first_value(ordered, PROBE_ATTRIBUTE)),
-        probe_run=_label(_first_value(ordered, PROBE_RUN_ATTRIBUTE)),
+        probe=_label(_first_value(ordered, names.RAG_PROBE)),
+        probe_run=_label(_first_value(ordered, names.RAG_PROBE_RUN)),
     )
     for dimension in dimensions:
         if dimension.attribute is not None:
