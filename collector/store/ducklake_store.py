@@ -189,11 +189,13 @@ def s3_secret(environ: Mapping[str, str]) -> str:
 
 def is_conflict(exc: BaseException) -> bool:
     """Whether a failed commit lost a race to another writer (worth running again): DuckLake's
-    conflicts, and PostgreSQL's serialization failures (the catalog runs REPEATABLE READ)."""
+    conflicts, and PostgreSQL's serialization failures (the catalog runs REPEATABLE READ) and
+    deadlocks."""
     text = str(exc)
     return isinstance(exc, duckdb.Error) and (
         "Transaction conflict" in text
         or "could not serialize access" in text
+        or "deadlock detected" in text  # PostgreSQL aborted one of two waiting transactions
         # Two commits took the same next snapshot id in the catalog (DuckLake's own retries ran out).
         or ("duplicate key value violates unique constraint" in text and '"ducklake_' in text)
     )
@@ -383,7 +385,11 @@ class LakeCoordinator:
             return {}
         self._ids(span_counts)
         token = uuid.uuid4().hex
-        rows = ", ".join(f"('{t}', '{self.replica}', {int(n)}, 1, '{token}')" for t, n in span_counts.items())
+        # In trace id order: replicas claiming overlapping traces lock their rows in the same order,
+        # so their upserts wait for each other instead of deadlocking.
+        rows = ", ".join(
+            f"('{t}', '{self.replica}', {int(span_counts[t])}, 1, '{token}')" for t in sorted(span_counts)
+        )
         claims = "ragpulse_trace_claims"
         self._execute(
             f"INSERT INTO {claims} (trace_id, replica, spans, revision, token) "
