@@ -277,7 +277,7 @@ def main() -> None:
     parser.add_argument("--no-assembly", action="store_true", help="ingest only (assembler.enabled: false)")
     parser.add_argument("--decision-wait", type=float, default=5.0, help="assembler.decision_wait")
     parser.add_argument("--max-traces", type=int, default=50_000, help="assembler.max_traces")
-    parser.add_argument("--workers", type=int, default=1, help="assembler.workers (mapping processes)")
+    parser.add_argument("--workers", type=int, default=2, help="assembler.workers (mapping processes)")
     parser.add_argument("--worker-nice", type=int, default=10, help="assembler.worker_nice")
     parser.add_argument(
         "--rate", type=float, default=0, help="offer this many spans/s (gRPC, paced) instead of a burst"

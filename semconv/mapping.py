@@ -532,6 +532,22 @@ def map_trace(spans: list[SpanRecord]) -> RagTrace:
 
 def _map(spans: list[SpanRecord]) -> RagTrace:
     nodes, roots = _build_tree(spans)
+    try:
+        return _map_tree(nodes, roots)
+    finally:
+        _unlink(nodes)
+
+
+def _unlink(nodes: list[_Node]) -> None:
+    """Break the tree's parent/child cycles, so its nodes are freed by reference counting as soon
+    as the trace is mapped, not by a later pass of the cyclic garbage collector (which, over a batch
+    of traces, costs as much as mapping one)."""
+    for node in nodes:
+        node.parent = node.group = None
+        node.children = node.members = []
+
+
+def _map_tree(nodes: list[_Node], roots: list[_Node]) -> RagTrace:
     root = min((r for r in roots if not r.span.parent_span_id), key=_start, default=None) or min(
         roots, key=_start
     )

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.trace import TracerProvider
 
+from collector.otlp.batch import empty_batch
+from collector.processors.assembler import mapping_pool, submit_job
+from collector.processors.mapping_job import MapJob
 from collector.service import BackgroundService, Service
 from semconv import emit
 from tests.helpers import (
@@ -871,7 +875,7 @@ def test_traces_match_golden_cases_by_question_or_case_id(tmp_path: Path) -> Non
 
 
 def test_worker_process_maps_like_the_thread_and_survives_its_death(tmp_path: Path) -> None:
-    """`assembler.workers: 1` (the default in production) maps in a spawned process; the rows must be
+    """`assembler.workers: 1` maps in a spawned process (as the default, 2, does); the rows must be
     the ones in-thread mapping gives, and a dead worker must cost no trace (mapping falls back to
     the assembler thread)."""
     rows = {}
@@ -894,3 +898,26 @@ def test_worker_process_maps_like_the_thread_and_survives_its_death(tmp_path: Pa
                 assert _rows_without_ids(svc, trace_id_of(2)) == rows[0]
                 assert svc.assembler is not None and svc.assembler._pool is None  # fell back to the thread
     assert rows[1] == rows[0]
+
+
+def test_mapping_workers_do_not_import_the_commands_main_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spawned worker would run the parent's main module first: for `ragpulse serve`, the whole
+    command (DuckDB, gRPC, the HTTP stack), about 100 MiB a worker never uses. The pool is started
+    without it."""
+    script = tmp_path / "main_script.py"
+    marker = tmp_path / "main-ran"
+    script.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    pool = mapping_pool(1, 0, None)
+    try:
+        job = MapJob(empty_batch().spans, None, {}, 0, 0)
+        assert submit_job(pool, job).result(60).conventions == {}  # the worker starts here
+        loaded = pool.submit(eval, "sorted({'duckdb', 'grpc'} & set(__import__('sys').modules))").result(60)
+    finally:
+        pool.shutdown()
+    assert loaded == [] and not marker.exists()
+    assert main.__file__ == str(script) and main.__spec__ is None

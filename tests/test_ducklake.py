@@ -220,9 +220,12 @@ def _older_writer_inserts(lake: dict[str, Any], statement: str) -> None:
 
 def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str, Any]) -> None:
     """A lake as version 6 left it (no probe columns, no alert slices, no probe runs, its aggregates
-    view keyed without `probe`), with a row an older writer inlined in the catalog: opening it runs
-    migration 7 on the partial rows' table and rebuilds the view with the grown key; a dimension
-    added after, and maintenance, keep every row readable."""
+    view keyed without `probe`, `span_events` a table holding write-back events too), with a row an
+    older writer inlined in the catalog: opening it runs migration 7 on the partial rows' table and
+    rebuilds the view with the grown key, and migration 8 keeps the received events and drops the
+    stored write-back ones; a dimension added after, and maintenance, keep every row readable.
+    (The write-back events are not inlined: DuckLake 1.5.5 fails to flush rows inlined in a table
+    after it was renamed, which only this simulation of the old schema does.)"""
     with lake_store(lake, "r1") as store, store._cursor() as con:
         for table, column in (
             ("traces", "probe"), ("traces", "probe_run"), ("scores", "probe"),
@@ -230,7 +233,13 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
         ):  # fmt: skip
             con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         con.execute("DROP TABLE probe_runs")
-        con.execute("DELETE FROM ragpulse_schema WHERE version = 7")
+        con.execute("DROP VIEW span_events")
+        con.execute("ALTER TABLE received_span_events RENAME TO span_events")
+        con.execute(
+            "INSERT INTO span_events (trace_id, span_id, name, source) VALUES "
+            "('t1', 's1', 'retry', 'otlp'), ('t1', 's1', 'gen_ai.evaluation.result', 'ragpulse')"
+        )
+        con.execute("DELETE FROM ragpulse_schema WHERE version >= 7")
         con.execute(
             "CREATE OR REPLACE VIEW score_aggregates AS "
             "SELECT bucket, service_name, name, sum(n)::BIGINT AS n FROM score_aggregate_parts GROUP BY ALL"
@@ -238,6 +247,7 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
     _older_writer_inserts(lake, "INSERT INTO lake.score_aggregate_parts (name, n) VALUES ('faithfulness', 3)")
     with lake_store(lake, "r1") as store:
         version = store.query("SELECT max(version) FROM ragpulse_schema", 1, 10).rows
+        events = store.query("SELECT name, source FROM span_events", 10, 10).rows
         view = store.query("SELECT name, probe, n FROM score_aggregates", 10, 10).rows
         runs = store.query("SELECT count(*) FROM probe_runs", 1, 10).rows
         with store._cursor() as con:
@@ -253,6 +263,7 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
 
     assert version == [(LATEST_VERSION,)]
     assert view == [("faithfulness", None, 3)] and runs == [(0,)]
+    assert events == [("retry", "otlp")]
     assert seen == between == [(2,)]
     assert after == [("citation", None, None, 1), ("faithfulness", None, None, 3)]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
@@ -137,6 +137,8 @@ _PRESETS = Redactor(PRESETS)
 
 @settings(max_examples=400, deadline=None)
 @given(kind_value=any_pii, before=prose, after=prose)
+# A phone whose number after the country code is a Luhn-valid card number (hypothesis found it).
+@example(kind_value=("phone", "+1 475 00 1121 1121"), before="", after="")
 def test_every_generated_value_becomes_its_placeholder(
     kind_value: tuple[str, str], before: str, after: str
 ) -> None:

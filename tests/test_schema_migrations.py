@@ -4,6 +4,7 @@ what the new version needs, and keeps its rows; the migrated schema is exactly t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -51,6 +52,47 @@ def test_a_version_2_file_gains_event_receive_times_and_keeps_its_rows(tmp_path:
         assert store.pending_trace_ids() == []
 
 
+def test_a_version_7_file_keeps_its_events_and_makes_write_back_events_from_scores(tmp_path: Path) -> None:
+    """Migration 8: `span_events` becomes a view. Received events keep their rows (in
+    `received_span_events`); the stored write-back event of a score goes, and the view shows it
+    again, made from the score: one event per score, not two."""
+    path = tmp_path / "v7.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE ragpulse_schema (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
+    for version, description, sql in MIGRATIONS[:7]:
+        con.execute(sql)
+        con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
+    con.execute(
+        "INSERT INTO span_events (trace_id, span_id, time, name, attributes, source) VALUES "
+        "('t1', 's1', TIMESTAMP '2026-12-01 10:00:01', 'retry', '{\"n\": 1}', 'otlp'), "
+        "('t1', 's2', TIMESTAMP '2026-12-01 10:00:09', 'gen_ai.evaluation.result', "
+        "'{\"gen_ai.evaluation.name\": \"faithfulness\"}', 'ragpulse')"
+    )
+    con.execute(
+        "INSERT INTO scores (trace_id, span_id, name, value, status, threshold, items, created_at, "
+        "evaluator, revision) VALUES ('t1', 's2', 'faithfulness', 0.5, 'fail', 0.7, '[]', "
+        "TIMESTAMP '2026-12-01 10:00:09', 'deterministic', 1)"
+    )
+    con.close()
+    with DuckDBStore(path) as store:
+        rows = store.query("SELECT span_id, name, source, attributes FROM span_events ORDER BY time", 10, 5)
+        received = store.query("SELECT name FROM received_span_events", 10, 5).rows
+    assert [r[:3] for r in rows.rows] == [
+        ("s1", "retry", "otlp"),
+        ("s2", "gen_ai.evaluation.result", "ragpulse"),
+    ]
+    assert json.loads(rows.rows[1][3]) == {
+        "gen_ai.evaluation.name": "faithfulness",
+        "gen_ai.evaluation.score.label": "fail",
+        "ragpulse.status": "fail",
+        "ragpulse.evaluator": "deterministic",
+        "ragpulse.revision": 1,
+        "gen_ai.evaluation.score.value": 0.5,
+        "ragpulse.threshold": 0.7,
+    }
+    assert received == [("retry",)]
+
+
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
     return [(row[0], row[1]) for row in con.execute(f"DESCRIBE {table}").fetchall()]
 
@@ -63,6 +105,8 @@ def test_migrations_build_exactly_the_defined_tables(tmp_path: Path) -> None:
         assert schema_version(con) == LATEST_VERSION
         for table in ALL_TABLES:
             assert _columns(con, table.name) == [(c.name, c.sql_type) for c in table.columns], table.name
+        # The view users query has the received events' columns.
+        assert _columns(con, "span_events") == [(c.name, c.sql_type) for c in SPAN_EVENTS.columns]
     finally:
         con.close()
 

@@ -17,6 +17,7 @@ but not (or not completely) assembled, e.g. after a crash, are assembled from th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -24,7 +25,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -126,6 +127,45 @@ def lower_thread_priority(niceness: int) -> None:
         log.warning("could not lower the assembler thread's priority; it runs at normal priority")
 
 
+def mapping_pool(workers: int, niceness: int, scoring: ScoringSetup | None) -> ProcessPoolExecutor:
+    """The mapping worker processes (started by `submit_job`, as jobs come).
+
+    Spawned, not forked: this process runs gRPC and DuckDB threads."""
+    return ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=init_worker,
+        initargs=(niceness, os.getpid(), scoring),
+    )
+
+
+def submit_job(pool: ProcessPoolExecutor, job: MapJob) -> Future[MapResult]:
+    """`run_worker_job(job)` in a worker of `pool`.
+
+    A spawned process first runs the parent's main module, and the `ragpulse` command's imports
+    everything (DuckDB, gRPC, the HTTP stack, the OpenTelemetry SDK): about 70 MiB a worker that
+    mapping never uses. `submit` starts a worker, synchronously, when it finds none idle, so the
+    main module does not name its file meanwhile, and the worker imports only what it needs."""
+    with _main_module_hidden():
+        return pool.submit(run_worker_job, job)
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """The main module as multiprocessing's spawn sees an interactive session's: no file, no spec."""
+    main = sys.modules["__main__"]
+    spec, file = getattr(main, "__spec__", None), getattr(main, "__file__", None)
+    main.__spec__ = None
+    if file is not None:
+        del main.__file__
+    try:
+        yield
+    finally:
+        main.__spec__ = spec
+        if file is not None:
+            main.__file__ = file
+
+
 class TraceAssembler:
     """Runs on its own thread, fed by the span writer's post-commit listener."""
 
@@ -172,13 +212,7 @@ class TraceAssembler:
         self._pool: ProcessPoolExecutor | None = None
         self._in_flight: deque[tuple[_Prepared, Future[MapResult]]] = deque()
         if config.workers:
-            # spawn, not fork: this process runs gRPC and DuckDB threads.
-            self._pool = ProcessPoolExecutor(
-                config.workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=init_worker,
-                initargs=(config.worker_nice, os.getpid(), scoring),
-            )
+            self._pool = mapping_pool(config.workers, config.worker_nice, scoring)
         # Mapping in this thread (no worker, or the worker died) scores here too.
         self._scoring = Scoring.of(scoring)
         self._cond = threading.Condition()
@@ -503,7 +537,7 @@ class TraceAssembler:
                 job.cases = self._cases
                 self._cases_sent = self._cases_version
             try:
-                return self._pool.submit(run_worker_job, job)
+                return submit_job(self._pool, job)
             except BrokenProcessPool:
                 self._lose_worker()
         return self._run_here(job)

@@ -27,9 +27,11 @@ class AssemblerConfig(Section):
     # retryable status until assembly catches up.
     max_backlog: int = Field(100_000, gt=0)
     poll_interval: float = Field(0.25, gt=0, le=10)
-    # Processes that map traces beside the service (0: map in the assembler thread). Mapping is
-    # pure Python; in its own processes it does not compete with the receivers for the GIL.
-    workers: int = Field(1, ge=0, le=16)
+    # Processes that map and score traces beside the service (0: map in the assembler thread).
+    # Mapping is pure Python; in its own processes it does not compete with the receivers for the
+    # GIL. Two keep the service's writer busy on two cores (one worker paces assembly there);
+    # each costs about 200 MiB.
+    workers: int = Field(2, ge=0, le=16)
     # The workers' scheduling niceness (os.nice). Under CPU saturation, receiving and storing spans
     # wins over mapping them: ingest keeps its rate and assembly catches up when the load drops
     # (in-flight traces stay bounded by max_traces). 0 gives mapping the receivers' priority.

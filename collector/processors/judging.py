@@ -215,7 +215,7 @@ class JudgeStage:
             }
         )
         try:
-            stored = self._store.write_judge_scores(revisions, rows.scores, rows.events, rows.outbox)
+            stored = self._store.write_judge_scores(revisions, rows.scores, rows.outbox)
         finally:
             with self._lock:
                 for work in done:

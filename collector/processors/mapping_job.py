@@ -146,7 +146,7 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
     tables = trace_tables(assembled, job.now_us, [d.name for d in job.dimensions])
     if scored and scoring is not None:
         rows = score_rows(scored, "deterministic", job.now_us, scoring.setup.export_events)
-        tables.scores, tables.events, tables.outbox = rows.scores, rows.events, rows.outbox
+        tables.scores, tables.outbox = rows.scores, rows.outbox
     return MapResult(tables=tables, conventions={a.trace.trace_id: a.trace.convention for a in assembled})
 
 

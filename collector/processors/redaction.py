@@ -54,7 +54,8 @@ PRESET_PATTERNS: dict[str, str] = {
     # letters (`_CHECKS`).
     "email": r"[A-Za-z0-9._%+-](?<![A-Za-z0-9._%+-].)[A-Za-z0-9._%+-]*+@[A-Za-z0-9-]++(?:\.[A-Za-z0-9-]++)++",
     "iban": rf"[A-Z]{_NO_WORD_BEFORE}[A-Z][0-9]{{2}}(?: ?[A-Z0-9]){{11,30}}\b",
-    "credit_card": r"[0-9](?<![\w+].)(?:[ -]?[0-9]){12,18}\b",  # not a phone's +354 ...
+    # Not a phone's +354 ..., nor the number after its country code (`+1 475 00 1121 1121`).
+    "credit_card": r"[0-9](?<![\w+].)(?<!\+[0-9] .)(?<!\+[0-9]{2} .)(?<!\+[0-9]{3} .)(?:[ -]?[0-9]){12,18}\b",
     "ip_address": rf"[0-9]{_NO_WORD_BEFORE}[0-9]{{0,2}}(?:\.[0-9]{{1,3}}){{3}}(?![\w.])",
     # One leading class for every format, then the format that character starts (a lookbehind).
     "phone": r"[+(0-9]"

@@ -5,9 +5,9 @@ deterministic evaluators) and by the judge stage (the judge evaluators). For eac
 builds, column-wise:
 
 - `scores` rows, each under its evaluated span (`evaluated_span`);
-- the write-back: one `gen_ai.evaluation.result` span event per score in `span_events`
-  (`source = 'ragpulse'`), and, when scores are exported over OTLP, the same events as
-  `evaluation_outbox` rows.
+- the write-back: when scores are exported over OTLP, one `gen_ai.evaluation.result` event per
+  score as an `evaluation_outbox` row (`event_attributes`). In the store, the same events are
+  read from `span_events` (`source = 'ragpulse'`), a view that makes them from `scores`.
 
 Which evaluator runs where: with a judge configured, a score name that has a judge variant is
 scored by the judge, on judge-sampled traces only (unless its entry says `judge: false`); every
@@ -29,7 +29,13 @@ import pyarrow.compute as pc
 
 from collector.processors.config import SamplingConfig
 from collector.processors.sampler import Decision, TraceFacts, decide
-from collector.store.tables import EVALUATION_OUTBOX, SCORES, SPAN_EVENTS, WRITEBACK_SOURCE
+from collector.store.tables import (
+    EVALUATION_EVENT,
+    EVALUATION_OUTBOX,
+    MAX_EVENT_ITEMS,
+    MAX_EVENT_TEXT,
+    SCORES,
+)
 from collector.telemetry import Metrics
 from evaluators.registry import build_evaluators, uses_judge
 from evaluators.scores import Score
@@ -39,10 +45,6 @@ from semconv import RagTrace, SpanRecord
 if TYPE_CHECKING:
     from collector.config import Config
 
-EVALUATION_EVENT = "gen_ai.evaluation.result"
-# Claims and documents behind a score travel with its event, cut to keep events small.
-MAX_EVENT_ITEMS = 20
-MAX_EVENT_TEXT = 1_000
 
 # Score names by what they evaluate (the rest, answer-level, go to the root span).
 _RETRIEVAL_PREFIXES = ("retrieval.", "context_")
@@ -167,19 +169,15 @@ def _span_for(trace: RagTrace, target: str) -> str:
 
 @dataclass
 class ScoreRows:
-    """The rows one batch of scores adds: `scores`, write-back `span_events`, `evaluation_outbox`."""
+    """The rows one batch of scores adds: `scores` (whose write-back events `span_events` shows)
+    and, when events are exported, `evaluation_outbox`."""
 
     scores: pa.Table
-    events: pa.Table
     outbox: pa.Table
 
     @classmethod
     def empty(cls) -> ScoreRows:
-        return cls(
-            SCORES.arrow_schema().empty_table(),
-            SPAN_EVENTS.arrow_schema().empty_table(),
-            EVALUATION_OUTBOX.arrow_schema().empty_table(),
-        )
+        return cls(SCORES.arrow_schema().empty_table(), EVALUATION_OUTBOX.arrow_schema().empty_table())
 
 
 def score_rows(
@@ -213,7 +211,8 @@ def score_rows(
             items = _items(score)
             text = orjson.dumps(items).decode()
             items_json.append(text)
-            attributes.append(event_attributes(score, evaluator, revision, items, items_json=text))
+            if export_events:
+                attributes.append(event_attributes(score, evaluator, revision, items, items_json=text))
         flat.extend(scores)
     n = len(flat)
     columns: dict[str, list[Any]] = {
@@ -226,15 +225,6 @@ def score_rows(
         "bucket": buckets,
         "evaluator": [evaluator] * n,
         "revision": revisions,
-    }
-    event_columns: dict[str, list[Any]] = {
-        "trace_id": trace_ids,
-        "span_id": span_ids,
-        "attributes": attributes,
-        "time": [now_us * 1000] * n,  # span_events keep nanoseconds
-        "name": [EVALUATION_EVENT] * n,
-        "source": [WRITEBACK_SOURCE] * n,
-        "received_at": [now_us * 1000] * n,
     }
     outbox = EVALUATION_OUTBOX.arrow_schema().empty_table()
     if export_events and n:
@@ -252,11 +242,7 @@ def score_rows(
             },
             n,
         )
-    return ScoreRows(
-        scores=SCORES.arrow_table(columns, n),
-        events=SPAN_EVENTS.arrow_table(event_columns, n),
-        outbox=outbox,
-    )
+    return ScoreRows(scores=SCORES.arrow_table(columns, n), outbox=outbox)
 
 
 # `scores` columns stored as the score has them: column -> Score field.

@@ -110,9 +110,7 @@ class Store(ABC):
         expected_documents` (JSON text)."""
 
     @abstractmethod
-    def write_judge_scores(
-        self, revisions: pa.Table, scores: pa.Table, events: pa.Table, outbox: pa.Table
-    ) -> int:
+    def write_judge_scores(self, revisions: pa.Table, scores: pa.Table, outbox: pa.Table) -> int:
         """Store the judge's scores of traces (`revisions`: `trace_id, revision`) in one transaction,
         and mark them `done`; a trace re-assembled since (another revision) or no longer pending is
         left out, rows and all. Returns how many traces were stored."""

@@ -26,7 +26,7 @@ from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store,
 from collector.store.config import StoreConfig
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
-from collector.store.tables import SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, WRITEBACK_SOURCE
+from collector.store.tables import SCORE_AGGREGATE_KEY, SCORE_AGGREGATES
 from collector.store.trace_rows import TraceTables
 
 
@@ -134,14 +134,24 @@ _AGGREGATES = (
 # Every table with rows of one trace, keyed by trace_id: what retention deletes. Judge work is the
 # traces' `judge_status`; aggregates, alerts, canary runs and cases are not per trace and stay.
 # Spans first: the traces whose spans are deleted are the traces counted as deleted.
-PER_TRACE_TABLES = ("spans", "span_events", "traces", "steps", "documents", "scores", "evaluation_outbox")
+# (`span_events` is a view: the received events' table, and an event per score.)
+PER_TRACE_TABLES = (
+    "spans",
+    "received_span_events",
+    "traces",
+    "steps",
+    "documents",
+    "scores",
+    "evaluation_outbox",
+)
 
 # The time a trace's age is read from, per row: a span's end (OTLP sends 0 for "unknown", which would
 # make the span look 56 years old: such a span ages from when it arrived); for trace ids with no span,
 # their log events (sent apart from their spans, which may never come) and their assembled rows.
 _SPAN_TIME = "CASE WHEN end_time > TIMESTAMP 'epoch' THEN end_time ELSE received_at END"
 _OTHER_TIMES = (
-    "SELECT trace_id, coalesce(time, received_at) AS t, 1 AS other FROM span_events WHERE source = 'log' "
+    "SELECT trace_id, coalesce(time, received_at) AS t, 1 AS other FROM received_span_events "
+    "WHERE source = 'log' "
     "UNION ALL SELECT trace_id, coalesce(end_time, last_received_at, assembled_at), 1 FROM traces"
 )
 
@@ -329,7 +339,7 @@ class DuckDBStore(Store):
                         con.execute("INSERT INTO spans BY NAME SELECT * FROM _ingest_spans")
                 if events.num_rows:
                     with _registered(con, "_ingest_events", events):
-                        con.execute("INSERT INTO span_events BY NAME SELECT * FROM _ingest_events")
+                        con.execute("INSERT INTO received_span_events BY NAME SELECT * FROM _ingest_events")
 
         self._retrying(attempt)
 
@@ -343,9 +353,8 @@ class DuckDBStore(Store):
                 f"SELECT {span_columns} FROM spans s SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id"
             ).to_arrow_table()
             events = con.execute(
-                f"SELECT {event_columns} FROM span_events e SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id "
-                # ragpulse's own write-back events are not part of what the app sent.
-                f"WHERE e.source IS DISTINCT FROM '{WRITEBACK_SOURCE}'"
+                f"SELECT {event_columns} FROM received_span_events e "
+                f"SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id"
             ).to_arrow_table()
         return spans, events
 
@@ -355,7 +364,7 @@ class DuckDBStore(Store):
             rows = con.execute(
                 """
                 WITH s AS (SELECT trace_id, max(received_at) AS last FROM spans GROUP BY trace_id),
-                     e AS (SELECT trace_id, max(received_at) AS last FROM span_events
+                     e AS (SELECT trace_id, max(received_at) AS last FROM received_span_events
                            WHERE source = 'log' GROUP BY trace_id)
                 SELECT s.trace_id
                 FROM s
@@ -397,10 +406,6 @@ class DuckDBStore(Store):
                 ).to_arrow_table()
                 for table in ("traces", "steps", "documents", "scores", "evaluation_outbox"):
                     con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM {_IDS})")
-                con.execute(
-                    f"DELETE FROM span_events WHERE source = '{WRITEBACK_SOURCE}' "
-                    f"AND trace_id IN (SELECT trace_id FROM {_IDS})"
-                )
         for table, rows in (
             ("traces", self._stamp(tables.traces)),
             ("steps", tables.steps),
@@ -410,18 +415,17 @@ class DuckDBStore(Store):
         slices = tables.traces.select(
             [c for c in ("trace_id", "probe", *self.dimensions) if c in tables.traces.column_names]
         )
-        self._insert_scores(con, tables.scores, tables.events, tables.outbox, affected, slices)
+        self._insert_scores(con, tables.scores, tables.outbox, affected, slices)
 
     def _insert_scores(
         self,
         con: duckdb.DuckDBPyConnection,
         scores: pa.Table | None,
-        events: pa.Table | None,
         outbox: pa.Table | None,
         affected: pa.Table | None,
         slices: pa.Table,
     ) -> None:
-        """Insert score rows (with their trace's `slices`) and their events, and keep
+        """Insert score rows (with their trace's `slices`) and their outbox events, and keep
         `score_aggregates` in step: the `affected` groups (of replaced scores) are recomputed from
         `scores`, the others get the new rows added."""
         key = self.aggregate_key
@@ -429,7 +433,6 @@ class DuckDBStore(Store):
         aggregates = f"{quoted(key, 's.')}, {_AGGREGATES}"
         if scores is not None and scores.num_rows:
             scores = with_slices(scores, slices)
-        _insert(con, "span_events", events)
         _insert(con, "evaluation_outbox", self._stamp(outbox))
         _insert(con, "scores", scores)
         if affected is not None and affected.num_rows:
@@ -492,9 +495,7 @@ class DuckDBStore(Store):
                 [self.replica, limit],
             ).to_arrow_table()
 
-    def write_judge_scores(
-        self, revisions: pa.Table, scores: pa.Table, events: pa.Table, outbox: pa.Table
-    ) -> int:
+    def write_judge_scores(self, revisions: pa.Table, scores: pa.Table, outbox: pa.Table) -> int:
         def body(con: duckdb.DuckDBPyConnection) -> int:
             with _registered(con, "_revisions", revisions):
                 current = con.execute(
@@ -504,13 +505,13 @@ class DuckDBStore(Store):
             if not current.num_rows:
                 return 0
             keep = pa.array(current["trace_id"].to_pylist(), pa.string())
-            rows = [_rows_of(table, keep) for table in (scores, events, outbox)]
+            rows = [_rows_of(table, keep) for table in (scores, outbox)]
             with _registered(con, _IDS, pa.table({"trace_id": keep})):
                 slices = con.execute(
                     f"SELECT trace_id, {quoted(('probe', *self.dimensions))} FROM traces "
                     f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
                 ).to_arrow_table()
-            self._insert_scores(con, rows[0], rows[1], rows[2], None, slices)
+            self._insert_scores(con, rows[0], rows[1], None, slices)
             with _registered(con, _IDS, pa.table({"trace_id": keep})):
                 con.execute(
                     "UPDATE traces SET judge_status = 'done', scored_at = now()::TIMESTAMP "

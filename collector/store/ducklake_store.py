@@ -47,7 +47,7 @@ from collector.store.base import DeletedRows, StorageSize, StoreError
 from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore, key_match, migrate, quoted, schema_version
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
-from collector.store.tables import ALL_TABLES, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES
+from collector.store.tables import ALL_TABLES, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_EVENTS_VIEW
 from collector.store.trace_rows import TraceTables
 
 log = logging.getLogger(__name__)
@@ -270,6 +270,7 @@ def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
                 ddl = ddl.replace(f"CREATE TABLE {table.name} ", f"CREATE TABLE {AGGREGATE_PARTS} ", 1)
             con.execute(ddl)
         con.execute(aggregates_view(SCORE_AGGREGATE_KEY))
+        con.execute(SPAN_EVENTS_VIEW)
         for version, description, _ in MIGRATIONS:
             con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
         con.execute("COMMIT")

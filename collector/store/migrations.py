@@ -20,7 +20,9 @@ from collector.store.tables import (
     SCORE_AGGREGATES,
     SCORES,
     SPAN_EVENTS,
+    SPAN_EVENTS_VIEW,
     TRACES,
+    WRITEBACK_SOURCE,
     Table,
 )
 
@@ -186,6 +188,14 @@ MIGRATIONS: list[tuple[int, str, str]] = [
                 create_tables(7, PROBE_RUNS),
             )
         ),
+    ),
+    (
+        8,
+        "write-back events made from scores when read: span_events becomes a view",
+        # The received events keep their rows under a new name; the stored write-back events go
+        # (the view makes each again from its score, with the same attributes).
+        "ALTER TABLE span_events RENAME TO received_span_events;\n"
+        f"DELETE FROM received_span_events WHERE source = '{WRITEBACK_SOURCE}';\n" + SPAN_EVENTS_VIEW,
     ),
 ]
 

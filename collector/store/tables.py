@@ -10,7 +10,7 @@ checks that the migrated database has exactly these columns.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -98,6 +98,10 @@ def _columns(*specs: tuple[Any, ...]) -> tuple[Column, ...]:
 
 _KEY = "NOT NULL"
 WRITEBACK_SOURCE = "ragpulse"  # span_events.source of the events ragpulse writes back
+EVALUATION_EVENT = "gen_ai.evaluation.result"  # the name of those events
+# Claims and documents behind a score travel with its event, cut to keep events small.
+MAX_EVENT_ITEMS = 20
+MAX_EVENT_TEXT = 1_000
 
 SPANS = Table(
     "spans",
@@ -124,6 +128,10 @@ SPANS = Table(
     time_unit="ns",
 )
 
+# `span_events`, as users query it, is a view (`SPAN_EVENTS_VIEW`): the events ragpulse received,
+# stored in `received_span_events`, and one `gen_ai.evaluation.result` event per row of `scores`,
+# made when read. Until schema 8 the write-back events were stored rows of `span_events` too, a
+# second copy of every score (more bytes per trace than its spans) written on the hot path.
 SPAN_EVENTS = Table(
     "span_events",
     _columns(
@@ -132,8 +140,8 @@ SPAN_EVENTS = Table(
         ("time", "TIMESTAMP"),
         ("name", "VARCHAR"),
         ("attributes", "JSON"),
-        # `otlp` (a span's own event), `log` (sent on /v1/logs), `replay`, `file`, or `ragpulse`
-        # (a score written back as a `gen_ai.evaluation.result` event).
+        # `otlp` (a span's own event), `log` (sent on /v1/logs), `replay`, `file`; in the view also
+        # `ragpulse` (a score written back as a `gen_ai.evaluation.result` event).
         ("source", "VARCHAR"),
         # When it arrived: events sent as logs come apart from their spans, and a restart must know
         # which came after their trace was assembled.
@@ -141,6 +149,46 @@ SPAN_EVENTS = Table(
     ),
     time_unit="ns",
 )
+
+RECEIVED_SPAN_EVENTS = replace(SPAN_EVENTS, name="received_span_events")
+
+
+def _clipped(text: str) -> str:
+    """SQL: `text` cut to `MAX_EVENT_TEXT` characters, as `scoring._clip` cuts it."""
+    return (
+        f"CASE WHEN length({text}) <= {MAX_EVENT_TEXT} THEN {text} "
+        f"ELSE substring({text}, 1, {MAX_EVENT_TEXT - 1}) || '…' END"
+    )
+
+
+_ITEMS_TYPE = """'[{"text": "VARCHAR", "ok": "BOOLEAN", "evidence": "VARCHAR"}]'"""
+
+# The write-back event of each score, with the attributes `scoring.event_attributes` gives the
+# event it exports (tests hold the two equal): nulls are left out (`json_merge_patch` drops them).
+SPAN_EVENTS_VIEW = f"""CREATE OR REPLACE VIEW span_events AS
+SELECT trace_id, span_id, time, name, attributes, source, received_at FROM received_span_events
+UNION ALL
+SELECT trace_id, span_id, created_at AS time, '{EVALUATION_EVENT}' AS name,
+    json_merge_patch('{{}}', json_object(
+        'gen_ai.evaluation.name', name,
+        'gen_ai.evaluation.score.label', coalesce(nullif(label, ''), status),
+        'ragpulse.status', status,
+        'ragpulse.evaluator', evaluator,
+        'ragpulse.revision', revision,
+        'gen_ai.evaluation.score.value', value,
+        'gen_ai.evaluation.explanation', {_clipped("nullif(explanation, '')")},
+        'error.type', CASE WHEN status = 'error' THEN coalesce(nullif(label, ''), 'error') END,
+        'ragpulse.threshold', threshold,
+        'ragpulse.judge.model', nullif(judge_model, ''),
+        'ragpulse.prompt_version', nullif(prompt_version, ''),
+        'ragpulse.items', CASE WHEN json_array_length(items) > 0 THEN to_json(list_transform(
+            from_json(items, {_ITEMS_TYPE})[1:{MAX_EVENT_ITEMS}],
+            i -> {{'text': {_clipped("i.text")}, 'ok': i.ok, 'evidence': {_clipped("i.evidence")}}}
+        ))::VARCHAR END
+    )) AS attributes,
+    '{WRITEBACK_SOURCE}' AS source, created_at AS received_at
+FROM scores;"""
+
 
 TRACES = Table(
     "traces",
@@ -415,9 +463,10 @@ PROBE_RUNS = Table(
     ),
 )
 
+# The tables of the latest schema (`span_events` is the view over two of them).
 ALL_TABLES: tuple[Table, ...] = (
     SPANS,
-    SPAN_EVENTS,
+    RECEIVED_SPAN_EVENTS,
     TRACES,
     STEPS,
     DOCUMENTS,

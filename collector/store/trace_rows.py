@@ -1,5 +1,5 @@
 """Assembled `RagTrace`s as Arrow tables of the `traces`, `steps` and `documents` shapes, with the
-rows their online scores add (`scores`, write-back `span_events`, `evaluation_outbox`)."""
+rows their online scores add (`scores`, and `evaluation_outbox` when scores are exported)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,7 @@ class TraceTables:
     steps: pa.Table
     documents: pa.Table
     scores: pa.Table | None = None
-    events: pa.Table | None = None  # write-back `gen_ai.evaluation.result` span events
-    outbox: pa.Table | None = None  # the same events, waiting for OTLP export
+    outbox: pa.Table | None = None  # their `gen_ai.evaluation.result` events, waiting for OTLP export
 
     # The mapping worker sends these back to the service pickled. pyarrow pickles a table buffer
     # by buffer, which cost more than a millisecond per megabyte at each end; one Arrow IPC stream
