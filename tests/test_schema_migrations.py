@@ -17,13 +17,19 @@ from collector.store.migrations import LATEST_VERSION, MIGRATIONS, add_columns
 from collector.store.tables import ALL_TABLES, SPAN_EVENTS, SPANS, TRACES
 
 
-def version_2_file(path: Path) -> None:
-    """A file as ragpulse left it before migration 3: one assembled trace with a log event."""
+def file_at(path: Path, version: int) -> duckdb.DuckDBPyConnection:
+    """A new database file migrated to `version` only, open."""
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE ragpulse_schema (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
-    for version, description, sql in MIGRATIONS[:2]:
+    for number, description, sql in MIGRATIONS[:version]:
         con.execute(sql)
-        con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
+        con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [number, description])
+    return con
+
+
+def version_2_file(path: Path) -> None:
+    """A file as ragpulse left it before migration 3: one assembled trace with a log event."""
+    con = file_at(path, 2)
     con.execute(
         "INSERT INTO spans (trace_id, span_id, name, received_at) "
         "VALUES ('t1', 's1', 'root', TIMESTAMP '2026-12-01 10:00:00')"
@@ -57,11 +63,7 @@ def test_a_version_7_file_keeps_its_events_and_makes_write_back_events_from_scor
     `received_span_events`); the stored write-back event of a score goes, and the view shows it
     again, made from the score: one event per score, not two."""
     path = tmp_path / "v7.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE ragpulse_schema (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
-    for version, description, sql in MIGRATIONS[:7]:
-        con.execute(sql)
-        con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
+    con = file_at(path, 7)
     con.execute(
         "INSERT INTO span_events (trace_id, span_id, time, name, attributes, source) VALUES "
         "('t1', 's1', TIMESTAMP '2026-12-01 10:00:01', 'retry', '{\"n\": 1}', 'otlp'), "
