@@ -156,7 +156,7 @@ def run_layout(
         if sample[1] and first is None:
             first = sample
         last = sample
-        time.sleep(0.05)
+        time.sleep(0.1)
     out, _ = sender.communicate(timeout=600)
     assert first is not None
     persisted_rate = (last[1] - first[1]) / (last[0] - first[0])
