@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -29,9 +30,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.trace import TracerProvider
 
-from collector.otlp.batch import empty_batch
+from collector.otlp.batch import decode_request, empty_batch
 from collector.processors.assembler import mapping_pool, submit_job
-from collector.processors.mapping_job import MapJob
+from collector.processors.config import SamplingConfig
+from collector.processors.mapping_job import MAP_CHUNK, MapJob, Scoring, run_map_job
+from collector.processors.scoring import ScoringSetup
 from collector.service import BackgroundService, Service
 from semconv import emit
 from tests.helpers import (
@@ -921,3 +924,32 @@ def test_mapping_workers_do_not_import_the_commands_main_module(
         pool.shutdown()
     assert loaded == [] and not marker.exists()
     assert main.__file__ == str(script) and main.__spec__ is None
+
+
+def test_a_mapping_job_builds_its_rows_a_chunk_at_a_time_and_loses_none() -> None:
+    """A job larger than MAP_CHUNK traces (rows are built a chunk at a time, to bound a worker's
+    memory) gives the rows of its traces mapped one by one, in order, outbox included."""
+    scoring = Scoring.of(ScoringSetup.from_entries(None, SamplingConfig(), False, True))
+    base = time.time_ns()
+    batches = [
+        decode_request(otlp_request(trace_id_of(i), rag_spans(question=f"question {i}?"), base + i))
+        for i in range(1, 2 * MAP_CHUNK + 8)
+    ]
+
+    def job_of(parts: list[Any]) -> MapJob:
+        spans = pa.concat_tables([b.spans for b in parts])
+        traces = {t: ("complete", 1) for t in spans.column("trace_id").to_pylist()}
+        return MapJob(spans, None, traces, base // 1000, 0)
+
+    def rows(table: pa.Table) -> list[dict[str, Any]]:
+        return table.drop_columns([c for c in ("event_id",) if c in table.column_names]).to_pylist()
+
+    whole = run_map_job(job_of(batches), scoring)
+    alone = [run_map_job(job_of([b]), scoring) for b in batches]
+    for name in ("traces", "steps", "documents", "scores", "outbox"):
+        expected = [row for result in alone for row in rows(getattr(result.tables, name))]
+        assert rows(getattr(whole.tables, name)) == expected, name
+    assert whole.tables.traces.num_rows == len(batches)
+    assert whole.tables.outbox is not None and whole.tables.scores is not None
+    assert len(set(whole.tables.outbox.column("event_id").to_pylist())) == whole.tables.scores.num_rows
+    assert whole.conventions == {k: v for result in alone for k, v in result.conventions.items()}

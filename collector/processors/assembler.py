@@ -54,8 +54,9 @@ from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
-# Traces per mapping job: bounds the Python objects alive at once in the worker (about 50 KB a
-# trace while it is mapped and scored), and is large enough that a job's fixed costs do not show.
+# Traces per mapping job and per commit of their rows: large enough that a job's and a commit's
+# fixed costs do not show. (The worker builds rows `MAP_CHUNK` traces at a time: its memory does
+# not grow with this.)
 ROUND_TRACES = 500
 # Seconds between re-reads of the golden cases when several replicas share the store: `datasets load`
 # writes the lake directly, and only the replica it went through (if any) would hear of it.

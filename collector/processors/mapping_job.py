@@ -23,7 +23,7 @@ from collector.datasets import normalize_question
 from collector.processors.scoring import ScoringSetup, score_rows, score_trace
 from collector.processors.slices import Dimension, span_resources, trace_slices
 from collector.store.span_records import last_received, records_by_trace, span_records
-from collector.store.trace_rows import AssembledTrace, TraceTables, trace_tables
+from collector.store.trace_rows import AssembledTrace, TraceTables, concat_trace_tables, trace_tables
 from evaluators.text import Evaluator
 from semconv import RagTrace, map_trace
 
@@ -56,6 +56,9 @@ class MapResult:
 
 
 _cached_cases: tuple[int, CaseIndex] = (-1, CaseIndex())
+
+# Traces mapped and scored before their rows are built (see `run_map_job`).
+MAP_CHUNK = 100
 
 
 @dataclass
@@ -126,28 +129,36 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
     cases = _cached_cases[1] if _cached_cases[0] == job.cases_version else CaseIndex()
     received = last_received(job.spans, job.events)
     resources = span_resources(job.spans, [d.resource for d in job.dimensions if d.resource])
-    assembled = []
-    scored = []
-    for trace_id, spans in records_by_trace(span_records(job.spans, job.events)).items():
-        if trace_id not in job.traces:
-            continue
-        reason, count = job.traces[trace_id]
-        trace = map_trace(spans)
-        item = AssembledTrace(trace, reason, count, received.get(trace_id))
-        item.case_match = match_case(trace, cases)
-        item.slices = trace_slices(trace.root_span_id, spans, job.dimensions, resources)
-        if scoring is not None:
-            result = score_trace(trace, spans, scoring.setup, scoring.evaluators, item.slices.probe)
-            item.sample_decision, item.sample_reason = result.decision.decision, result.decision.reason
-            item.judge_status, item.scored = result.judge_status, bool(result.scores)
-            if result.scores:
-                scored.append((trace, count, result.scores))
-        assembled.append(item)
-    tables = trace_tables(assembled, job.now_us, [d.name for d in job.dimensions])
-    if scored and scoring is not None:
-        rows = score_rows(scored, "deterministic", job.now_us, scoring.setup.export_events)
-        tables.scores, tables.outbox = rows.scores, rows.outbox
-    return MapResult(tables=tables, conventions={a.trace.trace_id: a.trace.convention for a in assembled})
+    by_trace = records_by_trace(span_records(job.spans, job.events))
+    trace_ids = [t for t in by_trace if t in job.traces]
+    parts: list[TraceTables] = []
+    conventions: dict[str, str] = {}
+    # A mapped and scored trace holds ~40 KB of Python objects until its rows are built: rows are
+    # built MAP_CHUNK traces at a time, so a worker's memory does not grow with the job's size.
+    for start in range(0, max(len(trace_ids), 1), MAP_CHUNK):
+        assembled = []
+        scored = []
+        for trace_id in trace_ids[start : start + MAP_CHUNK]:
+            spans = by_trace.pop(trace_id)
+            reason, count = job.traces[trace_id]
+            trace = map_trace(spans)
+            item = AssembledTrace(trace, reason, count, received.get(trace_id))
+            item.case_match = match_case(trace, cases)
+            item.slices = trace_slices(trace.root_span_id, spans, job.dimensions, resources)
+            if scoring is not None:
+                result = score_trace(trace, spans, scoring.setup, scoring.evaluators, item.slices.probe)
+                item.sample_decision, item.sample_reason = result.decision.decision, result.decision.reason
+                item.judge_status, item.scored = result.judge_status, bool(result.scores)
+                if result.scores:
+                    scored.append((trace, count, result.scores))
+            assembled.append(item)
+            conventions[trace_id] = trace.convention
+        tables = trace_tables(assembled, job.now_us, [d.name for d in job.dimensions])
+        if scored and scoring is not None:
+            rows = score_rows(scored, "deterministic", job.now_us, scoring.setup.export_events)
+            tables.scores, tables.outbox = rows.scores, rows.outbox
+        parts.append(tables)
+    return MapResult(tables=concat_trace_tables(parts), conventions=conventions)
 
 
 def match_case(trace: RagTrace, cases: CaseIndex) -> str | None:
