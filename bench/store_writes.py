@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Store writes: the CPU and memory that writing the service's rows costs, inside DuckDB's buffer
+pool and outside it, and what one checkpoint adds on top.
+
+bench/load_generator.py's traces are mapped and scored in this process (as a mapping worker
+would), then written through the store's own write path (`append_spans`, `write_traces`) with the
+service's store settings, in rounds of 500 traces, with automatic checkpoints off. The process's
+anonymous memory (RssAnon) and DuckDB's own account (`duckdb_memory()`: buffer pool and spilled
+bytes) are read after the writes; then one CHECKPOINT runs while a thread samples RssAnon every
+10 ms. The rows to write are built first, and their memory is counted in the baseline.
+
+    .venv/bin/python bench/store_writes.py                   # 20,000 traces, the defaults
+    .venv/bin/python bench/store_writes.py --threads 1       # DuckDB on one thread
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from load_generator import build
+
+from collector.otlp.batch import decode_request
+from collector.processors.config import SamplingConfig
+from collector.processors.mapping_job import MapJob, Scoring, run_map_job
+from collector.processors.scoring import ScoringSetup
+from collector.store.config import StoreConfig
+from collector.store.duckdb_store import DuckDBStore
+from collector.store.trace_rows import TraceTables
+
+ROUND = 500  # traces per write, as the assembler's jobs
+
+
+def anon_mib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) // 1024
+    raise RuntimeError("no RssAnon in /proc/self/status")
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def rounds(traces: int) -> list[tuple[pa.Table, pa.Table, TraceTables]]:
+    """(spans, events, mapped rows) per round of ROUND traces."""
+    scoring = Scoring.of(ScoringSetup.from_entries(None, SamplingConfig(), False, False))
+    built = []
+    for r in range(traces // ROUND):
+        batches = [decode_request(build(100, r * (ROUND // 100) + k)) for k in range(ROUND // 100)]
+        spans = pa.concat_tables([b.spans for b in batches])
+        events = pa.concat_tables([b.events for b in batches])
+        ids = {t: ("complete", 1) for t in spans.column("trace_id").to_pylist()}
+        built.append((spans, events, run_map_job(MapJob(spans, events, ids, 0, 0), scoring).tables))
+    return built
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--traces", type=int, default=20_000)
+    parser.add_argument("--threads", type=int, default=None, help="store.threads (default: DuckDB's)")
+    parser.add_argument("--memory-limit", default=StoreConfig().memory_limit, help="store.memory_limit")
+    args = parser.parse_args()
+
+    work = rounds(args.traces)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "writes.duckdb"
+        # Automatic checkpoints off (a threshold of 1 TiB): the one checkpoint is timed apart.
+        config = StoreConfig(
+            checkpoint_threshold_mb=1 << 20, threads=args.threads, memory_limit=args.memory_limit
+        )
+        store = DuckDBStore(path, config)
+        baseline = anon_mib()
+        started = cpu_seconds()
+        for spans, events, tables in work:
+            store.append_spans(spans, events)
+            store.write_traces(tables, [])
+        write_cpu = cpu_seconds() - started
+        after_writes = anon_mib()
+        pool, spilled = store.query(
+            "SELECT sum(memory_usage_bytes) >> 20, sum(temporary_storage_bytes) >> 20 FROM duckdb_memory()",
+            1,
+            60,
+        ).rows[0]
+        wal = os.path.getsize(f"{path}.wal") >> 20
+
+        peak = [after_writes]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], anon_mib())
+                time.sleep(0.01)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        started, wall = cpu_seconds(), time.perf_counter()
+        store.checkpoint()
+        checkpoint_cpu, checkpoint_wall = cpu_seconds() - started, time.perf_counter() - wall
+        done.set()
+        sampler.join()
+        size = path.stat().st_size >> 20
+        store.close()
+
+    threads = args.threads or "DuckDB's default"
+    print(
+        f"{len(work) * ROUND} traces written in rounds of {ROUND}, threads {threads}, "
+        f"memory_limit {args.memory_limit}"
+    )
+    print(f"writes: {write_cpu:.2f} CPU s; write-ahead log {wal} MiB")
+    print(
+        f"RssAnon: {baseline} MiB before the writes (rows built), {after_writes} MiB after them "
+        f"(+{after_writes - baseline}); DuckDB's account: {pool} MiB in its buffer pool, "
+        f"{spilled} MiB spilled"
+    )
+    print(
+        f"checkpoint: {checkpoint_cpu:.2f} CPU s ({checkpoint_wall:.2f} s); RssAnon peak {peak[0]} MiB "
+        f"(+{peak[0] - after_writes} over the writes); file {size} MiB"
+    )
+
+
+if __name__ == "__main__":
+    main()
