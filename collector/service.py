@@ -419,7 +419,7 @@ def _listen(host: str, port: int) -> socket.socket:
     # Naming the protocol matters: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
     # sockets whose proto is IPPROTO_TCP, and accepted connections inherit it. With proto 0, a
     # response written as headers then body waited for the client's delayed ACK: 40 ms per request
-    # on a kept-alive connection (OTLP/HTTP exporters, the dashboard, the API).
+    # on a kept-alive connection (the dashboard's fetches, API clients, /metrics scrapers).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

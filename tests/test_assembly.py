@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.trace import TracerProvider
 
-from collector.otlp.batch import decode_request, empty_batch
+from collector.otlp.batch import SpanBatch, decode_request, empty_batch
 from collector.processors.assembler import mapping_pool, submit_job
 from collector.processors.config import SamplingConfig
 from collector.processors.mapping_job import MAP_CHUNK, MapJob, Scoring, run_map_job
@@ -936,7 +936,7 @@ def test_a_mapping_job_builds_its_rows_a_chunk_at_a_time_and_loses_none() -> Non
         for i in range(1, 2 * MAP_CHUNK + 8)
     ]
 
-    def job_of(parts: list[Any]) -> MapJob:
+    def job_of(parts: list[SpanBatch]) -> MapJob:
         spans = pa.concat_tables([b.spans for b in parts])
         traces = {t: ("complete", 1) for t in spans.column("trace_id").to_pylist()}
         return MapJob(spans, None, traces, base // 1000, 0)
