@@ -1,9 +1,10 @@
 """One round of mapping, as a pure function of Arrow tables: span rows in, trace rows out.
 
-It runs in the assembler thread or, with `assembler.workers: 1`, in a worker process: mapping is
-pure Python, and a second process puts it on the second core instead of competing with ingest
-for the GIL. Arrow tables cross the process boundary cheaply (each table one Arrow IPC stream,
-`TraceTables.__getstate__`), and the cyclic garbage collector pauses while a job runs.
+It runs in the mapping worker processes (`assembler.workers`, two by default) or, with none, in
+the assembler thread: mapping is pure Python, and in processes of its own it uses the other cores
+instead of competing with ingest for the GIL. Arrow tables cross the process boundary cheaply
+(each table one Arrow IPC stream, `TraceTables.__getstate__`), and the cyclic garbage collector
+pauses while a job runs.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
     conventions: dict[str, str] = {}
     # A mapped and scored trace holds ~40 KB of Python objects until its rows are built: rows are
     # built MAP_CHUNK traces at a time, so a worker's memory does not grow with the job's size.
+    # (An empty job still makes one part: its empty tables carry the schemas.)
     for start in range(0, max(len(trace_ids), 1), MAP_CHUNK):
         assembled = []
         scored = []
