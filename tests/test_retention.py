@@ -23,16 +23,29 @@ from opentelemetry.trace import SpanKind
 
 from collector.config import ConfigError, load_config
 from collector.service import BackgroundService, Service
+from collector.sql import QueryError
 from collector.store.base import StorageSize
+from collector.store.duckdb_store import DuckDBStore
+from collector.store.quiet_gate import QuietGate
 from collector.store.retention import (
     LOW_WATER,
     MIN_LIVE_SHARE,
     bytes_to_free,
+    held_traces,
     traces_over_cap,
     traces_to_delete,
 )
 from semconv import emit, names
-from tests.helpers import fast_assembler, free_port, make_config, metric, sdk_exporter, sql, wait_for
+from tests.helpers import (
+    fast_assembler,
+    file_execute,
+    free_port,
+    make_config,
+    metric,
+    sdk_exporter,
+    sql,
+    wait_for,
+)
 
 QUESTION = "How long do I have to return an item?"
 ANSWER = "Items can be returned within 30 days of delivery for a full refund."
@@ -362,6 +375,110 @@ def test_after_a_round_that_freed_nothing_only_newer_traces_are_deleted() -> Non
     # 8 traces were kept by a round whose deletions gave no space back: 2 came since, 2 may go.
     assert traces_over_cap(500, 1000, 10, hold=8) == 2
     assert traces_over_cap(500, 1000, 7, hold=8) == 0
+
+
+def test_a_hold_never_rises_while_deletions_give_nothing_back() -> None:
+    assert held_traces(None, 562) == 562  # the first round that freed nothing holds the count
+    # Traces arrived while the next rounds deleted: the hold stays, so they go at the next round
+    # instead of being kept (a hold raised round after round let an 8 MB store reach 34 MB).
+    assert held_traces(562, 882) == 562
+    assert held_traces(562, 400) == 400
+
+
+# --------------------------------------------------------------------------- quiet checkpoints
+
+
+def test_the_gate_runs_its_body_once_open_transactions_end_and_holds_new_ones_back() -> None:
+    gate = QuietGate()
+    events: list[str] = []
+    opened, release = threading.Event(), threading.Event()
+
+    def transaction(name: str, hold: threading.Event | None = None) -> None:
+        with gate.transaction():
+            events.append(f"{name} open")
+            opened.set()
+            if hold is not None:
+                hold.wait(5)
+            events.append(f"{name} done")
+
+    first = threading.Thread(target=transaction, args=("first", release))
+    first.start()
+    assert opened.wait(5)
+    threading.Timer(0.2, release.set).start()
+    with gate.alone(timeout=5) as quiet:
+        events.append("alone")
+        late = threading.Thread(target=transaction, args=("late",))
+        late.start()
+        late.join(0.2)
+        assert late.is_alive()  # held back while the body runs
+        events.append("alone done")
+    late.join(5)
+    first.join(5)
+    assert quiet
+    assert events == ["first open", "first done", "alone", "alone done", "late open", "late done"]
+
+
+def test_the_gate_gives_up_waiting_and_lets_transactions_through() -> None:
+    gate = QuietGate()
+    release = threading.Event()
+    opened = threading.Event()
+
+    def transaction() -> None:
+        with gate.transaction():
+            opened.set()
+            release.wait(5)
+
+    stuck = threading.Thread(target=transaction)
+    stuck.start()
+    assert opened.wait(5)
+    started = time.monotonic()
+    with gate.alone(timeout=0.2) as quiet:
+        waited = time.monotonic() - started
+        with gate.transaction():  # not held back: the body runs beside the open one
+            pass
+    release.set()
+    stuck.join(5)
+    assert not quiet
+    assert 0.2 <= waited < 2
+
+
+def test_a_checkpoint_after_a_deletion_waits_for_a_query_older_than_it_and_frees_the_rows(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "quiet.duckdb"
+    DuckDBStore(db).close()
+    file_execute(
+        db,
+        "INSERT INTO spans (trace_id, span_id, name, attributes) "
+        "SELECT 't' || (i // 4), 's' || i, 'span', json_object('text', repeat(md5(i::VARCHAR), 20)) "
+        "FROM range(200000) r(i)",
+        "CHECKPOINT",
+    )
+    with DuckDBStore(db) as store:
+        before = store.storage_size()
+        failures: list[str] = []
+        ended: list[float] = []
+
+        def long_query() -> None:  # open until its time limit interrupts it
+            try:
+                store.query("SELECT count(*) FROM range(1000000000000) a", max_rows=1, timeout=1.0)
+            except QueryError as exc:
+                failures.append(str(exc))
+            ended.append(time.monotonic())
+
+        query = threading.Thread(target=long_query)
+        query.start()
+        time.sleep(0.1)
+        # The query began before the deletion: DuckDB keeps the deleted rows for it while it runs.
+        store.delete_traces([f"t{i}" for i in range(25000)])  # the first half
+        checkpoint_started = time.monotonic()
+        store.checkpoint()
+        query.join(5)
+        after = store.storage_size()
+    assert failures and "time limit" in failures[0], failures
+    assert ended[0] > checkpoint_started, "the query ended before the checkpoint: nothing was tested"
+    # A checkpoint beside it would fold the deletion in but free none of its blocks: this one waited.
+    assert after.free_bytes - before.free_bytes > before.file_bytes / 4, (before, after)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from collector.sql import QueryResult, run_query
 from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError, StoreLocked
 from collector.store.config import StoreConfig
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
+from collector.store.quiet_gate import QuietGate
 from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.store.tables import SCORE_AGGREGATE_KEY, SCORE_AGGREGATES
 from collector.store.trace_rows import TraceTables
@@ -157,6 +158,8 @@ _OTHER_TIMES = (
 
 
 _T = TypeVar("_T")
+# How long a checkpoint waits for open transactions to end before running beside them.
+_QUIET_WAIT_SECONDS = 1.0
 
 
 def quoted(names: Iterable[str], prefix: str = "") -> str:
@@ -233,6 +236,8 @@ class DuckDBStore(Store):
         self._derived_lock = threading.Lock()
         # Alerts, notifications, canary runs and cases: rows of their own, no lock shared with the above.
         self._monitoring_lock = threading.Lock()
+        # Every cursor's transaction, so that a checkpoint can run with none open (see checkpoint).
+        self._transactions = QuietGate()
         if read_only:
             return
         try:
@@ -317,11 +322,12 @@ class DuckDBStore(Store):
 
     @contextlib.contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        cursor = self._con.cursor()
-        try:
-            yield cursor
-        finally:
-            cursor.close()
+        with self._transactions.transaction():
+            cursor = self._con.cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
 
     def _writable(self) -> None:
         if self.read_only:
@@ -740,9 +746,11 @@ class DuckDBStore(Store):
     def checkpoint(self) -> None:
         if self.read_only:
             return
-        # DuckDB folds the log in even while another transaction writes, but then keeps the blocks
-        # of deleted rows: with both locks, no write of ours is in flight and they are freed.
-        with self._derived_lock, self._write_lock:
+        # DuckDB folds the log in even beside an open transaction, but keeps the blocks of rows
+        # deleted since it began until a later checkpoint, and the file grows meanwhile. With both
+        # write locks no write of ours is in flight; reads and monitoring writes are let finish
+        # (for at most a second, span appends waiting), and new ones wait for the checkpoint.
+        with self._derived_lock, self._write_lock, self._transactions.alone(_QUIET_WAIT_SECONDS):
             self._con.execute("CHECKPOINT")
 
     def close(self) -> None:

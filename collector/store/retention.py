@@ -73,11 +73,19 @@ def traces_to_delete(nbytes: int, live_bytes: int, traces: int) -> int:
 
 def traces_over_cap(nbytes: int, live_bytes: int, traces: int, hold: int | None) -> int:
     """How many of the `traces` stored traces a size round deletes to free about `nbytes`. `hold`:
-    the traces kept after the last round, whose deletions gave no space back; then only the traces
-    stored since are deleted, so that space DuckDB has not freed yet (it frees a row group only once
-    all its rows are gone) does not make round after round delete everything."""
+    the most traces kept while deletions give no space back (`held_traces`); then only the traces
+    past it are deleted, so that space DuckDB has not freed yet (it frees a row group only once all
+    its rows are gone) does not make round after round delete everything."""
     wanted = traces_to_delete(nbytes, live_bytes, traces)
     return wanted if hold is None else min(wanted, max(0, traces - hold))
+
+
+def held_traces(hold: int | None, traces: int) -> int:
+    """The hold after a size round whose deletions gave no space back: the `traces` stored now, but
+    never more than an earlier hold. Traces keep arriving while a round deletes; a hold raised to
+    each round's count would let the store grow by them, round after round, for as long as DuckDB
+    gives nothing back."""
+    return traces if hold is None else min(hold, traces)
 
 
 def batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
@@ -120,7 +128,7 @@ class RetentionKeeper(BackgroundWorker):
         self._config = config
         self._metrics = metrics
         self._clock = clock
-        # Traces kept by the last size round when its deletions freed no space (see traces_over_cap).
+        # The most traces kept while size rounds free no space (see held_traces, traces_over_cap).
         self._hold: int | None = None
         super().__init__("ragpulse-retention")
 
@@ -208,13 +216,13 @@ class RetentionKeeper(BackgroundWorker):
                 break
         if deleted:
             # Space given back (even if the file keeps it, as free space): the estimate can be
-            # trusted next round. None given back: hold the number of traces where it is.
+            # trusted next round. None given back: hold the number of traces (never raising it).
             freed = self._measure().live < size.live
-            self._hold = None if freed else self._store.count_traces()
+            self._hold = None if freed else held_traces(self._hold, self._store.count_traces())
             if self._hold is not None:
                 log.info(
                     "retention: deleting %d traces gave no space back yet (DuckDB frees whole row "
-                    "groups); keeping %d traces until the store is under the cap",
+                    "groups); keeping at most %d traces until the store is under the cap",
                     deleted,
                     self._hold,
                 )
