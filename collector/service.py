@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from collector.api import Api
+from collector.arrow_memory import use_system_allocator
 from collector.auth import Keyring, KeyringError
 from collector.auth.grpc import AuthInterceptor
 from collector.auth.http import AuthMiddleware
@@ -76,6 +77,7 @@ class Service:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.metrics = Metrics()
+        use_system_allocator()  # for the whole process: it is the service's
         self.store: Store | None = None
         self.writer: SpanWriter | None = None
         self.forwarder: Forwarder | None = None

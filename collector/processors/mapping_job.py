@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from collector.arrow_memory import use_system_allocator
 from collector.datasets import normalize_question
 from collector.processors.scoring import ScoringSetup, score_rows, score_trace
 from collector.processors.slices import Dimension, span_resources, trace_slices
@@ -80,7 +81,8 @@ _worker_scoring: Scoring | None = None
 
 def init_worker(niceness: int, parent: int, scoring: ScoringSetup | None = None) -> None:
     """Mapping worker initializer. Lowers the worker's CPU priority (`assembler.worker_nice`; where
-    the OS refuses, it keeps the normal priority), and makes the worker exit when the service is
+    the OS refuses, it keeps the normal priority), takes Arrow memory as the service does, and makes
+    the worker exit when the service is
     gone: a service killed with SIGKILL cannot shut its pool down, and the worker would linger.
     `parent` is the service's pid, passed in: a worker that starts after the service died must
     not take its new parent (init) for the service."""
@@ -96,6 +98,7 @@ def init_worker(niceness: int, parent: int, scoring: ScoringSetup | None = None)
         os._exit(0)
 
     threading.Thread(target=watch_parent, name="ragpulse-parent-watch", daemon=True).start()
+    use_system_allocator()
     global _worker_scoring
     _worker_scoring = Scoring.of(scoring)
 
