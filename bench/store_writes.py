@@ -11,6 +11,7 @@ bytes) are read after the writes; then one CHECKPOINT runs while a thread sample
 
     .venv/bin/python bench/store_writes.py                   # 20,000 traces, the defaults
     .venv/bin/python bench/store_writes.py --threads 1       # DuckDB on one thread
+    .venv/bin/python bench/store_writes.py --setting "disabled_compression_methods='dictionary'"
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=None, help="store.threads (default: DuckDB's)")
     parser.add_argument("--memory-limit", default=StoreConfig().memory_limit, help="store.memory_limit")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a DuckDB setting, as SET GLOBAL NAME = VALUE (repeatable); not a ragpulse key",
+    )
     args = parser.parse_args()
 
     work = rounds(args.traces)
@@ -78,6 +86,8 @@ def main() -> None:
             checkpoint_threshold_mb=1 << 20, threads=args.threads, memory_limit=args.memory_limit
         )
         store = DuckDBStore(path, config)
+        for setting in args.setting:  # an experiment's DuckDB setting: the store has no key for it
+            store._con.execute(f"SET GLOBAL {setting}")
         baseline = anon_mib()
         started = cpu_seconds()
         for spans, events, tables in work:
@@ -113,7 +123,7 @@ def main() -> None:
     threads = args.threads or "DuckDB's default"
     print(
         f"{len(work) * ROUND} traces written in rounds of {ROUND}, threads {threads}, "
-        f"memory_limit {args.memory_limit}"
+        f"memory_limit {args.memory_limit}" + "".join(f", {setting}" for setting in args.setting)
     )
     print(f"writes: {write_cpu:.2f} CPU s; write-ahead log {wal} MiB")
     print(
