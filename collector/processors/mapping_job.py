@@ -82,10 +82,9 @@ _worker_scoring: Scoring | None = None
 def init_worker(niceness: int, parent: int, scoring: ScoringSetup | None = None) -> None:
     """Mapping worker initializer. Lowers the worker's CPU priority (`assembler.worker_nice`; where
     the OS refuses, it keeps the normal priority), takes Arrow memory as the service does, and makes
-    the worker exit when the service is
-    gone: a service killed with SIGKILL cannot shut its pool down, and the worker would linger.
-    `parent` is the service's pid, passed in: a worker that starts after the service died must
-    not take its new parent (init) for the service."""
+    the worker exit when the service is gone: a service killed with SIGKILL cannot shut its pool
+    down, and the worker would linger. `parent` is the service's pid, passed in: a worker that
+    starts after the service died must not take its new parent (init) for the service."""
     if niceness:
         try:
             os.nice(niceness)
