@@ -325,10 +325,9 @@ def test_size_cap_holds_under_steady_load_without_pausing_ingestion(capped: Serv
         f"longest export {max(latencies):.2f} s"
     )
     print(report)
-    # The load mattered: most of what was sent had to go. How much is kept at the end varies with
-    # what the last rounds saw (359 to 2,888 of about 10,000 traces in four runs, 2026-12-05), so
-    # this asks for two thirds deleted; the cap itself is held by the size bounds below.
-    assert deleted >= 2 * kept, report
+    # The load mattered: most of what was sent had to go (27 runs kept 207-521 of 9,000-11,000
+    # traces; up to 2,888 before a hold that rose round after round was fixed).
+    assert deleted >= 3 * kept, report
     assert deleted + kept >= len(sent), report
     assert statistics.median(after_first) <= MEDIAN_BOUND, report
     assert statistics.quantiles(after_first, n=10)[-1] <= P90_BOUND, report
