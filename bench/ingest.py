@@ -5,16 +5,20 @@ Starts `ragpulse serve` on a fresh DuckDB file, drives it with the OTLP load gen
 (bench/load_generator.py: OpenInference RAG traces of 4 spans, ~770 bytes/span), then counts the
 spans in DuckDB. A second pass sends the same kind of requests from an instrumented client to
 measure per-Export latency (p50/p99). Peak RSS is the server's VmHWM from /proc, alone and
-plus its mapping workers' (the sum of the peaks: an upper bound of the peak of the sum).
+plus its mapping workers' (the sum of the peaks: an upper bound of the peak of the sum); the peaks
+of the sums of their RSS and of their PSS are sampled every 0.1 s. `--memory-cap` runs the service
+in a memory cgroup with that hard limit and reports its OOM kills.
 
     .venv/bin/python bench/ingest.py                  # gRPC, 100k traces (400k spans)
     .venv/bin/python bench/ingest.py --traces 20000 --protocol http-json
     .venv/bin/python bench/ingest.py --no-assembly --redact   # the cost of redaction
+    sudo .venv/bin/python bench/ingest.py --traces 250000 --memory-cap 1024   # inside a 1 GiB cgroup
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import socket
@@ -56,23 +60,92 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class MemorySampler(threading.Thread):
-    """Samples the RSS of the service plus its mapping workers every 0.1 s: the peak of the sum,
-    which the sum of each process's own peak (`VmHWM`) only bounds from above."""
+def pss_mib(pid: int) -> float:
+    """A process's proportional set size (/proc/<pid>/smaps_rollup): its private pages plus its
+    share of the pages it shares (the libraries every process maps, counted once over them all)."""
+    match = re.search(r"^Pss:\s+(\d+) kB", Path(f"/proc/{pid}/smaps_rollup").read_text(), re.M)
+    return int(match.group(1)) / 1024 if match else float("nan")
 
-    def __init__(self, pid: int) -> None:
+
+class MemorySampler(threading.Thread):
+    """Samples the memory of the service plus its mapping workers every 0.1 s: the peak of the sum
+    of their RSS (which the sum of each process's own peak, `VmHWM`, only bounds from above), and
+    the peak of the sum of their PSS. RSS counts a shared library's pages once per process that
+    maps it (pyarrow's in all three); PSS shares them out, so its sum is what the group occupies.
+
+    Reading PSS walks a process's page tables (about 8 ms of CPU for the service at 700 MiB), so
+    it is read only when the RSS sum reaches a new peak, and at most once a second otherwise: at 10
+    reads a second it took a seventh of a core from the service under test."""
+
+    def __init__(self, pid: int, cgroup: MemoryCgroup | None = None) -> None:
         super().__init__(daemon=True)
-        self.pid = pid
+        self.pid, self.cgroup = pid, cgroup
         self.peak_mib = 0.0
+        self.peak_pss_mib = 0.0
+        self.peak_cgroup_anon_mib = 0.0
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        pss_read_at = 0.0
         while not self.stopped.wait(0.1):
+            processes = [self.pid, *children(self.pid)]
             try:
-                total = sum(memory_mib(p) for p in [self.pid, *children(self.pid)])
+                total = sum(memory_mib(p) for p in processes)
+                if total > self.peak_mib or time.monotonic() - pss_read_at >= 1.0:
+                    pss_read_at = time.monotonic()
+                    self.peak_pss_mib = max(self.peak_pss_mib, sum(pss_mib(p) for p in processes))
             except OSError:  # a process ended between listing and reading
                 continue
             self.peak_mib = max(self.peak_mib, total)
+            if self.cgroup:
+                self.peak_cgroup_anon_mib = max(self.peak_cgroup_anon_mib, self.cgroup.anon_mib())
+
+
+class MemoryCgroup:
+    """A memory cgroup with a hard limit that the service and its workers run in (`--memory-cap`):
+    past the limit the kernel reclaims page cache and then kills a process (an OOM kill), as a
+    container's limit would. Needs a writable cgroup hierarchy (root on a cgroup v1 or v2 host)."""
+
+    V1, V2 = Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")
+
+    def __init__(self, limit_bytes: int) -> None:
+        name = f"ragpulse-bench-{os.getpid()}"
+        self.v1 = (self.V1 / "memory.limit_in_bytes").exists()
+        self.path = (self.V1 if self.v1 else self.V2) / name
+        self.path.mkdir()
+        (self.path / ("memory.limit_in_bytes" if self.v1 else "memory.max")).write_text(str(limit_bytes))
+        if self.v1:  # no swap here: a limit on memory and swap together makes it a hard limit
+            with contextlib.suppress(OSError):
+                (self.path / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+
+    def enter(self) -> None:
+        """Moves the calling process in (run in the child before exec: its children follow)."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def anon_mib(self) -> float:
+        """The cgroup's anonymous memory now: what it cannot give back without a kill (no swap)."""
+        stat = (self.path / "memory.stat").read_text()
+        match = re.search(r"^total_rss (\d+)$" if self.v1 else r"^anon (\d+)$", stat, re.M)
+        return int(match.group(1)) / 2**20 if match else float("nan")
+
+    def report(self) -> str:
+        """The cgroup's peak usage (page cache included) and its OOM kills."""
+        if self.v1:
+            peak = int((self.path / "memory.max_usage_in_bytes").read_text())
+            events = (self.path / "memory.oom_control").read_text()
+        else:
+            peak_file = self.path / "memory.peak"
+            peak = int(peak_file.read_text()) if peak_file.exists() else -1
+            events = (self.path / "memory.events").read_text()
+        kills = re.search(r"oom_kill (\d+)", events)
+        return (
+            f"memory cgroup: peak usage {peak / 2**20:.0f} MiB (page cache included); "
+            f"OOM kills {kills.group(1) if kills else 'unknown'}"
+        )
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
 
 
 def children(pid: int) -> list[int]:
@@ -163,7 +236,7 @@ def report_assembly(url: str, traces: int, watcher: PersistWatcher, decision_wai
 
 
 def start_server(
-    db: Path, extra: list[str], env: dict[str, str], log: Path
+    db: Path, extra: list[str], env: dict[str, str], log: Path, cgroup: MemoryCgroup | None = None
 ) -> tuple[subprocess.Popen[bytes], int, str]:
     grpc_port, http_port = free_port(), free_port()
     cmd = [
@@ -178,7 +251,13 @@ def start_server(
         *extra,
     ]
     with log.open("wb") as out:  # a file, not a pipe: a chatty server must never block on stderr
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=out, env={**os.environ, **env})
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+            env={**os.environ, **env},
+            preexec_fn=cgroup.enter if cgroup else None,
+        )
     url = f"http://127.0.0.1:{http_port}"
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -288,6 +367,13 @@ def main() -> None:
     parser.add_argument(
         "--pii", action="store_true", help="personal data in every trace (load_generator.py --pii)"
     )
+    parser.add_argument(
+        "--memory-cap",
+        type=int,
+        default=0,
+        metavar="MIB",
+        help="run the service and its workers in a memory cgroup limited to MIB (root; Linux)",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="ragpulse-bench-"))
@@ -301,7 +387,8 @@ def main() -> None:
     }
     if args.redact:
         env["RAGPULSE_REDACTION__PRESETS"] = "[email, phone, credit_card, iban, ip_address, api_key]"
-    proc, grpc_port, url = start_server(db, [], env, workdir / "serve.log")
+    cgroup = MemoryCgroup(args.memory_cap << 20) if args.memory_cap else None
+    proc, grpc_port, url = start_server(db, [], env, workdir / "serve.log", cgroup)
     try:
         batches = args.traces // args.batch
         expected = batches * args.batch * 4
@@ -311,7 +398,7 @@ def main() -> None:
         )
         watcher = PersistWatcher(url, expected)
         watcher.start()
-        memory = MemorySampler(proc.pid)
+        memory = MemorySampler(proc.pid, cgroup)
         memory.start()
         if args.rate:
             requests = [build(args.batch, i) for i in range(batches)]
@@ -371,8 +458,14 @@ def main() -> None:
         print(
             f"peak RSS of ragpulse serve: {server:.0f} MiB; with its mapping workers' peaks: "
             f"{server + workers:.0f} MiB; peak of their sum until every trace was assembled (sampled "
-            f"every 0.1 s): {memory.peak_mib:.0f} MiB"
+            f"every 0.1 s): {memory.peak_mib:.0f} MiB; peak of the sum of their PSS (shared pages "
+            f"counted once): {memory.peak_pss_mib:.0f} MiB"
         )
+        if cgroup:
+            print(
+                f"{cgroup.report()}; peak anonymous memory in it (sampled every 0.1 s): "
+                f"{memory.peak_cgroup_anon_mib:.0f} MiB"
+            )
     finally:
         proc.terminate()
         try:
@@ -383,6 +476,8 @@ def main() -> None:
             for p in sorted(workdir.glob("*")):
                 p.unlink()
             os.rmdir(workdir)
+        if cgroup:
+            cgroup.remove()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import gzip
 import json
 import re
 import secrets
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -970,4 +971,25 @@ def test_grpc_raw_bytes_call_of_a_valid_request_succeeds(service):
         call = channel.unary_unary(EXPORT_METHOD, request_serializer=None, response_deserializer=None)
         raw = call(request_proto([span_json(trace, span)]).SerializeToString(), timeout=20)
     assert ExportTraceServiceResponse.FromString(raw) == ExportTraceServiceResponse()
+    assert stored(service) == {(trace.hex(), span.hex())}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_a_client_that_gives_up_while_its_export_waits_for_commit_leaves_ingest_running(service, protocol):
+    """A client whose deadline passes while its export waits for the commit cancels the request
+    handler, and with it the future the span writer resolves after the commit. The writer must
+    still commit the batch (it was received whole), skip telling the departed client, and go on
+    serving: a writer thread that died there would leave every later export waiting for ever."""
+    trace, span = new_trace(), new_span()
+    body = request_proto([span_json(trace, span, name="impatient")])
+    with service.store._write_lock:  # the store's commits wait while the test holds it
+        if protocol == "grpc":
+            with grpc_channel(service) as channel, pytest.raises(grpc.RpcError) as raised:
+                trace_service_pb2_grpc.TraceServiceStub(channel).Export(body, timeout=0.5)
+            assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        else:
+            with pytest.raises(httpx.TimeoutException):
+                post_otlp(service, body.SerializeToString(), PROTOBUF, timeout=0.5)
+        time.sleep(0.3)  # the server notices the client is gone and cancels the handler
+    assert_serving(service)
     assert stored(service) == {(trace.hex(), span.hex())}

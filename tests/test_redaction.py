@@ -26,6 +26,7 @@ from collector.processors.redaction import (
     Redactor,
     card_valid,
     iban_valid,
+    ip_valid,
     luhn_valid,
 )
 from collector.service import BackgroundService, Service
@@ -139,15 +140,21 @@ _PRESETS = Redactor(PRESETS)
 @given(kind_value=any_pii, before=prose, after=prose)
 # A phone whose number after the country code is a Luhn-valid card number (hypothesis found it).
 @example(kind_value=("phone", "+1 475 00 1121 1121"), before="", after="")
+# One whose number after the country code is an IPv4 address (hypothesis found it too).
+@example(kind_value=("phone", "+1 0.10.10.10"), before="", after="")
 def test_every_generated_value_becomes_its_placeholder(
     kind_value: tuple[str, str], before: str, after: str
 ) -> None:
     kind, value = kind_value
     redacted = _PRESETS.redact(f"{before} {value} {after}")
     assert value not in redacted
-    # A number can be two things at once (`00000 0000 0000` is a phone and a Luhn-valid card):
-    # then it has the other's placeholder.
-    assert f" [{kind.upper()}] " in redacted or (card_valid(value) and " [CREDIT_CARD] " in redacted)
+    # A number can be two things at once (`00000 0000 0000` is a phone and a Luhn-valid card; the
+    # number after a phone's country code can be a dotted quad): then it has the other's placeholder.
+    assert (
+        f" [{kind.upper()}] " in redacted
+        or (card_valid(value) and " [CREDIT_CARD] " in redacted)
+        or (kind == "phone" and ip_valid(value.partition(" ")[2]) and " [IP_ADDRESS] " in redacted)
+    )
     assert redacted.startswith(before) and redacted.endswith(after)
 
 
