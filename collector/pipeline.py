@@ -46,6 +46,13 @@ _DONE: Future[None] = Future()
 _DONE.set_result(None)
 
 
+async def _committed(future: Future[None]) -> None:
+    """Wait for a queued batch's commit. A handler cancelled meanwhile (its client's deadline passed)
+    leaves the batch's future alone: the batch was received whole and is committed and forwarded
+    all the same, where a cancelled future would have been neither told nor forwarded."""
+    await asyncio.shield(asyncio.wrap_future(future))
+
+
 class IngestPipeline:
     """Decodes exports (redacting them on the way with a `redactor`: `redaction.apply_to:
     [storage]`), hands them to the writer, and forwards them once they are committed."""
@@ -93,7 +100,7 @@ class IngestPipeline:
     ) -> ExportOutcome:
         """`submit`, then wait (without blocking the event loop) until the commit is durable."""
         outcome, future = self.submit(request, protocol, rejected_before, errors_before)
-        await asyncio.wrap_future(future)
+        await _committed(future)
         return outcome
 
     def submit_logs(
@@ -128,7 +135,7 @@ class IngestPipeline:
     ) -> ExportOutcome:
         """`submit_logs`, then wait until the commit is durable."""
         outcome, future = self.submit_logs(request, protocol, rejected_before, errors_before)
-        await asyncio.wrap_future(future)
+        await _committed(future)
         return outcome
 
     def _forward_when_committed(

@@ -645,6 +645,35 @@ def test_forwarded_spans_reach_the_downstream(tmp_path, downstream, protocol):
         assert metric(upstream, "ragpulse_forward_dropped_total") == 0
 
 
+def test_an_export_abandoned_in_the_queue_is_stored_and_forwarded(tmp_path, downstream):
+    """A gRPC client whose deadline passes while its export waits in the queue behind another
+    commit: the export was received whole, so it is committed and forwarded all the same."""
+    (tmp_path / "up").mkdir()
+    config = make_config(
+        tmp_path / "up",
+        exporters={"forward_spans": True, "otlp": {"endpoint": f"127.0.0.1:{downstream.grpc_port}"}},
+    )
+    with (
+        BackgroundService(config) as upstream,
+        grpc.insecure_channel(f"127.0.0.1:{upstream.grpc_port}") as channel,
+    ):
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        first, abandoned = (rand_trace(), [rand_span()]), (rand_trace(), [rand_span()])
+        with upstream.store._write_lock:  # the writer waits in the first export's commit
+            waiting = stub.Export.future(pb_request(*first), timeout=20)
+            time.sleep(0.3)  # the writer has taken the first export
+            with pytest.raises(grpc.RpcError) as raised:
+                stub.Export(pb_request(*abandoned), timeout=0.5)
+            assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            time.sleep(0.3)  # the server cancels the abandoned export's handler
+        waiting.result(timeout=20)
+        query = f"SELECT trace_id, span_id FROM spans WHERE trace_id IN ('{first[0]}', '{abandoned[0]}')"
+        want = {(first[0], first[1][0]), (abandoned[0], abandoned[1][0])}
+        assert {(r["trace_id"], r["span_id"]) for r in sql(upstream, query)} == want
+        down = wait_for(lambda: sql(downstream, query), lambda rows: len(rows) >= 2, timeout=10, what="both")
+        assert {(r["trace_id"], r["span_id"]) for r in down} == want
+
+
 # ---------------------------------------------------------------- 5. concurrency
 
 
