@@ -5,9 +5,9 @@ Starts `ragpulse serve` on a fresh DuckDB file, drives it with the OTLP load gen
 (bench/load_generator.py: OpenInference RAG traces of 4 spans, ~770 bytes/span), then counts the
 spans in DuckDB. A second pass sends the same kind of requests from an instrumented client to
 measure per-Export latency (p50/p99). Peak RSS is the server's VmHWM from /proc, alone and
-plus its mapping workers' (the sum of the peaks: an upper bound of the peak of the sum); the peaks
-of the sums of their RSS and of their PSS are sampled every 0.1 s. `--memory-cap` runs the service
-in a memory cgroup with that hard limit and reports its OOM kills.
+plus its mapping workers' (the sum of the peaks: an upper bound of the peak of the sum); the sum of
+their RSS is sampled every 0.1 s, the sum of their PSS at each new peak of it (`MemorySampler`).
+`--memory-cap` runs the service in a memory cgroup with that hard limit and reports its OOM kills.
 
     .venv/bin/python bench/ingest.py                  # gRPC, 100k traces (400k spans)
     .venv/bin/python bench/ingest.py --traces 20000 --protocol http-json
