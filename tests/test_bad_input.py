@@ -976,10 +976,10 @@ def test_grpc_raw_bytes_call_of_a_valid_request_succeeds(service):
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_a_client_that_gives_up_while_its_export_waits_for_commit_leaves_ingest_running(service, protocol):
-    """A client whose deadline passes while its export waits for the commit cancels the request
-    handler, and with it the future the span writer resolves after the commit. The writer must
-    still commit the batch (it was received whole), skip telling the departed client, and go on
-    serving: a writer thread that died there would leave every later export waiting for ever."""
+    """A client whose deadline passes while its export waits for the commit: the export, received
+    whole, is stored all the same, and later exports are still served. (Until the receivers kept
+    the commit's future out of the handler's cancellation, the span writer's thread died here and
+    every later export waited for ever.)"""
     trace, span = new_trace(), new_span()
     body = request_proto([span_json(trace, span, name="impatient")])
     with service.store._write_lock:  # the store's commits wait while the test holds it

@@ -105,20 +105,21 @@ class SpanWriter:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
-    def _take(self) -> list[tuple[SpanBatch, Future[None] | None]] | None:
+    def _take(self) -> list[tuple[SpanBatch, Future[None]]] | None:
         with self._cond:
             while not self._queue and not self._stopping:
                 self._cond.wait()
             if not self._queue:
                 return None
-            taken: list[tuple[SpanBatch, Future[None] | None]] = []
+            taken: list[tuple[SpanBatch, Future[None]]] = []
             spans = 0
             while self._queue and (not taken or spans + _rows(self._queue[0][0]) <= self._max_commit_spans):
-                batch, future = self._queue.popleft()
-                # From here on the future cannot be cancelled. One the receiver cancelled already (its
-                # client gave up waiting) is committed all the same, its outcome told to no one.
-                taken.append((batch, future if future.set_running_or_notify_cancel() else None))
-                spans += _rows(batch)
+                item = self._queue.popleft()
+                # From here on the future cannot be cancelled. One cancelled already (its export's
+                # handler was) is committed all the same, its outcome told to no one.
+                item[1].set_running_or_notify_cancel()
+                taken.append(item)
+                spans += _rows(item[0])
             self._queued_spans -= spans
             self._metrics.queue_spans.set(self._queued_spans)
             return taken
@@ -127,7 +128,7 @@ class SpanWriter:
         while (taken := self._take()) is not None:
             self._commit(taken)
 
-    def _commit(self, taken: list[tuple[SpanBatch, Future[None] | None]]) -> None:
+    def _commit(self, taken: list[tuple[SpanBatch, Future[None]]]) -> None:
         batch = concat_batches([b for b, _ in taken])
         started = time.perf_counter()
         try:
@@ -136,14 +137,14 @@ class SpanWriter:
             log.exception("commit of %d spans failed", batch.accepted)
             self._metrics.commit_errors.inc()
             for _, future in taken:
-                if future is not None:
+                if not future.cancelled():
                     future.set_exception(exc)
             return
         self._metrics.commit_seconds.observe(time.perf_counter() - started)
         self._metrics.spans_stored.inc(batch.accepted)
         self._metrics.commits.inc()
         for _, future in taken:
-            if future is not None:
+            if not future.cancelled():
                 future.set_result(None)
         for listener in self._listeners:
             try:
