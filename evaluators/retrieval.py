@@ -441,6 +441,9 @@ def _trace_key(trace: RagTrace) -> _TraceKey:
 
 
 def _reading(trace: RagTrace) -> _Reading:
+    if not trace.expected_documents:
+        # Nothing to compare with (most traces online): the reading depends on nothing else.
+        return _Reading([], None)
     key = _trace_key(trace)
     last = _reading_memo.last
     if last is not None and last[0] == key:

@@ -45,10 +45,12 @@ def builder(model: type[M], fields: tuple[str, ...], sample: tuple[Any, ...]) ->
     compare both ways with. The model must have no extra fields, no private attributes and no
     `model_post_init`; otherwise (or when the comparison fails) `model_construct` is returned."""
 
+    every_field = set(fields)
+
     def direct(*values: Any) -> M:
         record = new_instance(model)
         set_dict(record, dict(zip(fields, values, strict=True)))
-        set_fields_set(record, set(fields))
+        set_fields_set(record, every_field.copy())  # a copy: pydantic adds to it on assignment
         set_extra(record, None)
         set_private(record, None)
         return record

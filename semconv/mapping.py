@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from semconv import names
+from semconv.construct import builder
 from semconv.documents import fill_ids, fill_ids_by_content, fill_metadata_ids
 from semconv.mappers import genai, langfuse, langsmith, openinference, openllmetry
 from semconv.mappers.text_fields import question_text
@@ -298,6 +299,21 @@ def generic_output(span: SpanRecord) -> str | None:
 # --------------------------------------------------------------------------- tree rules
 
 
+# `Step.model_construct(...)` of these fields, positionally (see `_step`). Named, not taken from
+# `Step.model_fields`, so that a reordered model makes `builder` fall back instead of mixing fields.
+# fmt: off
+_STEP_FIELDS = (
+    "span_id", "parent_span_id", "position", "kind", "name", "convention", "model", "provider", "input",
+    "output", "query", "documents", "input_documents", "start_us", "end_us", "duration_ms", "input_tokens",
+    "output_tokens", "total_tokens", "status", "span_ids",
+)
+_SAMPLE_STEP: tuple[Any, ...] = (
+    "s", None, 0, "llm", "chat", "genai", "m", "p", "q", "a", None, [], [], 1, 2, 0.001, 3, 4, 7, "OK", ["s"]
+)
+# fmt: on
+_new_step = builder(Step, _STEP_FIELDS, _SAMPLE_STEP)
+
+
 @dataclass(eq=False)
 class _Node:
     span: SpanRecord
@@ -407,24 +423,30 @@ def _step(top: _Node) -> Step:
         f["output"] = generic_output(top.span)
     rep = representative.span
     input_tokens, output_tokens, total_tokens = _tokens(kind, order, members)
-    return Step(
-        span_id=rep.span_id,
-        parent_span_id=top.span.parent_span_id,
-        position=0,
-        kind=kind,
-        name=rep.name,
-        convention=representative.convention if representative.convention != "unknown" else top.convention,
-        model=_first_of(order, lambda n: model(n.span.attributes, kind)),
-        provider=_first_of(order, lambda n: provider(n.span.attributes)),
-        start_us=top.span.start_us,
-        end_us=top.span.end_us,
-        duration_ms=top.span.duration_ms,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        total_tokens=total_tokens,
-        status="ERROR" if any(n.span.status_code == "ERROR" for n in members) else top.span.status_code,
-        span_ids=[n.span.span_id for n in members],
-        **f,
+    # Every value is already of its field's type (the readers above normalize them), so the step
+    # is built without validation, in `Step`'s field order; validating cost a tenth of the mapping.
+    return _new_step(
+        rep.span_id,
+        top.span.parent_span_id,
+        0,  # position, set once the steps are sorted
+        kind,
+        rep.name,
+        representative.convention if representative.convention != "unknown" else top.convention,
+        _first_of(order, lambda n: model(n.span.attributes, kind)),
+        _first_of(order, lambda n: provider(n.span.attributes)),
+        f["input"],
+        f["output"],
+        f["query"],
+        f["documents"],
+        f["input_documents"],
+        top.span.start_us,
+        top.span.end_us,
+        top.span.duration_ms,
+        input_tokens,
+        output_tokens,
+        total_tokens,
+        "ERROR" if any(n.span.status_code == "ERROR" for n in members) else top.span.status_code,
+        [n.span.span_id for n in members],
     )
 
 

@@ -378,6 +378,23 @@ def test_the_assembler_thread_yields_the_cpu_to_the_receivers(tmp_path: Path) ->
         assert os.getpriority(os.PRIO_PROCESS, writer.native_id) == base
 
 
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="threads have their own priority on Linux only"
+)
+def test_mapping_workers_run_at_the_configured_niceness(tmp_path: Path) -> None:
+    """`assembler.worker_nice` is the workers' niceness, whatever the niceness of the thread that
+    started them (the assembler thread, at `thread_nice`, starts them as jobs come)."""
+    assert os.getpriority(os.PRIO_PROCESS, 0) <= 8, "the test needs room below the niceness it sets"
+    assembler = fast_assembler(workers=1, thread_nice=8, worker_nice=12)
+    with BackgroundService(make_config(tmp_path, assembler=assembler)) as svc:
+        send(svc.http_url, trace_id_of(1), rag_spans())
+        wait_traces(svc, 1, timeout=30)  # the first job waits for the worker to start
+        pool = svc.assembler._pool if svc.assembler else None
+        assert pool is not None
+        (worker,) = pool._processes
+        assert os.getpriority(os.PRIO_PROCESS, worker) == 12
+
+
 def test_trace_without_root_is_assembled_at_max_wait_from_its_earliest_orphan(tmp_path: Path) -> None:
     max_wait = 1.0
     with BackgroundService(make_config(tmp_path, assembler=fast_assembler(max_wait=max_wait))) as svc:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from semconv import STEP_KINDS, EventRecord, RagTrace, SpanRecord, map_trace
+from semconv import STEP_KINDS, EventRecord, RagTrace, SpanRecord, Step, map_trace
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CONVENTIONS = {"openinference", "genai", "openllmetry", "langsmith", "langfuse", "ragpulse", "unknown"}
@@ -618,6 +618,10 @@ def test_mapped_trace_keeps_its_invariants(trace_spans: list[SpanRecord]) -> Non
     for step in trace.steps:
         assert step.kind in STEP_KINDS
         assert step.span_id in step.span_ids
+        # Steps and documents are built without validation: each must be what validation makes of it.
+        validated = Step.model_validate(step.model_dump())
+        assert validated == step
+        assert {k: type(v) for k, v in validated} == {k: type(v) for k, v in step}
         for docs in (step.documents, step.input_documents):
             assert [d.rank for d in docs] == list(range(1, len(docs) + 1))
             for doc in docs:

@@ -80,16 +80,24 @@ _worker_scoring: Scoring | None = None
 
 
 def init_worker(niceness: int, parent: int, scoring: ScoringSetup | None = None) -> None:
-    """Mapping worker initializer. Lowers the worker's CPU priority (`assembler.worker_nice`; where
-    the OS refuses, it keeps the normal priority), takes Arrow memory as the service does, and makes
-    the worker exit when the service is gone: a service killed with SIGKILL cannot shut its pool
-    down, and the worker would linger. `parent` is the service's pid, passed in: a worker that
-    starts after the service died must not take its new parent (init) for the service."""
-    if niceness:
-        try:
-            os.nice(niceness)
-        except OSError:
-            log.warning("could not lower the mapping worker's priority; it runs at normal priority")
+    """Mapping worker initializer. Sets the worker's CPU niceness to `assembler.worker_nice`, takes
+    Arrow memory as the service does, and makes the worker exit when the service is gone: a service
+    killed with SIGKILL cannot shut its pool down, and the worker would linger. `parent` is the
+    service's pid, passed in: a worker that starts after the service died must not take its new
+    parent (init) for the service.
+
+    The niceness is set, not added: a worker is started by whichever thread submits a job, usually
+    the assembler thread, and inherits that thread's niceness (`assembler.thread_nice`); adding to
+    it made every worker run at 19 whatever `worker_nice` said."""
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) != niceness:
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    except OSError:  # a lower niceness than the inherited one needs privileges
+        log.warning(
+            "could not set the mapping worker's niceness to %d; it keeps %d",
+            niceness,
+            os.getpriority(os.PRIO_PROCESS, 0),
+        )
 
     def watch_parent() -> None:
         while os.getppid() == parent:
@@ -171,7 +179,7 @@ def match_case(trace: RagTrace, cases: CaseIndex) -> str | None:
     match = None
     if trace.case_id is not None and trace.case_id in cases.by_id:
         match = "case_id"
-    elif trace.case_id is None and trace.question:
+    elif trace.case_id is None and trace.question and cases.by_question:
         case_id = cases.by_question.get(normalize_question(trace.question))
         if case_id is not None:
             trace.case_id, match = case_id, "question"

@@ -185,10 +185,26 @@ def with_slices(scores: pa.Table, slices: pa.Table) -> pa.Table:
     return scores
 
 
+# With two or more threads, DuckDB plans an INSERT from a source it can split (an Arrow scan) as a
+# batch insert, which gathers the rows per batch and then copies them into the transaction's
+# storage: for the few thousand rows the service writes at a time, that doubled the insert's CPU
+# (bench/store_writes.py). Joined positionally with an empty relation, the rows are the same, in
+# the same order, but the plan has a source that cannot be split, so DuckDB appends them directly,
+# as it does on one thread, while queries keep every thread. (A planner that no longer does so
+# costs CPU, not correctness: tests/test_store_inserts.py checks the plan.)
+_APPEND_DIRECTLY = "POSITIONAL JOIN (SELECT 1 LIMIT 0)"
+
+
+def insert_sql(table: str, source: str) -> str:
+    """`INSERT` of every row of `source` (a registered Arrow table) into `table`, by column name,
+    in order, appended directly (see `_APPEND_DIRECTLY`)."""
+    return f"INSERT INTO {table} BY NAME SELECT r.* FROM {source} r {_APPEND_DIRECTLY}"
+
+
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table | None) -> None:
     if rows is not None and rows.num_rows:
         with _registered(con, "_rows", rows):
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")
+            con.execute(insert_sql(table, "_rows"))
 
 
 def _rows_of(table: pa.Table, trace_ids: pa.Array) -> pa.Table:
@@ -342,10 +358,10 @@ class DuckDBStore(Store):
             with self._write_lock, transaction(self._con) as con:
                 if spans.num_rows:
                     with _registered(con, "_ingest_spans", spans):
-                        con.execute("INSERT INTO spans BY NAME SELECT * FROM _ingest_spans")
+                        con.execute(insert_sql("spans", "_ingest_spans"))
                 if events.num_rows:
                     with _registered(con, "_ingest_events", events):
-                        con.execute("INSERT INTO received_span_events BY NAME SELECT * FROM _ingest_events")
+                        con.execute(insert_sql("received_span_events", "_ingest_events"))
 
         self._retrying(attempt)
 
@@ -647,7 +663,7 @@ class DuckDBStore(Store):
         def body(con: duckdb.DuckDBPyConnection) -> None:
             with _registered(con, "_cases", cases):
                 con.execute("DELETE FROM cases WHERE case_id IN (SELECT case_id FROM _cases)")
-                con.execute("INSERT INTO cases BY NAME SELECT * FROM _cases")
+                con.execute(insert_sql("cases", "_cases"))
 
         self._write(body, self._monitoring_lock)
 

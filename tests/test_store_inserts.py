@@ -1,0 +1,97 @@
+"""How the store inserts Arrow rows: every row, in order, and planned as a direct append.
+
+With two or more threads DuckDB plans `INSERT ... SELECT * FROM <arrow>` as a batch insert, which
+copies the rows twice; `insert_sql` joins them positionally with an empty relation so that the plan
+is a direct append (docs/architecture.md, "The store interface"). These tests hold both halves of that: the
+rows are exactly the source's, and the plan is the direct one, on a real DuckDB file."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from collector.otlp.batch import SpanBatch, concat_batches, decode_request
+from collector.store.config import StoreConfig
+from collector.store.duckdb_store import DuckDBStore, insert_sql
+from tests.helpers import trace_request
+
+
+def span_batch(count: int, start: int) -> SpanBatch:
+    spans = [
+        Span(
+            trace_id=secrets.token_bytes(16),
+            span_id=secrets.token_bytes(8),
+            name=f"span-{start + i:06d}",
+            start_time_unix_nano=1_700_000_000_000_000_000 + i,
+            end_time_unix_nano=1_700_000_000_100_000_000 + i,
+        )
+        for i in range(count)
+    ]
+    return decode_request(trace_request(spans, "insert-tests", "tests"))
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "inserts.duckdb"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[DuckDBStore]:
+    store = DuckDBStore(db_path, StoreConfig(threads=2))
+    yield store
+    store.close()
+
+
+def stored_names(store: DuckDBStore) -> list[str]:
+    result = store.query("SELECT name FROM spans ORDER BY rowid", 20_000, 30)
+    return [row["name"] for row in result.records()]
+
+
+@pytest.mark.parametrize("sizes", [[1], [3], [2500, 1, 4000], [700] * 6])
+def test_every_span_of_a_group_commit_is_stored_in_order(store: DuckDBStore, sizes: list[int]) -> None:
+    """A group commit concatenates exports: a table of several Arrow chunks, some larger than
+    DuckDB's 2,048-row vectors. Each row arrives once, in the order sent."""
+    batches, start = [], 0
+    for size in sizes:
+        batches.append(span_batch(size, start))
+        start += size
+    batch = concat_batches(batches)
+    assert batch.spans.num_rows == sum(sizes)
+    store.append_spans(batch.spans, batch.events)
+    assert stored_names(store) == [f"span-{i:06d}" for i in range(sum(sizes))]
+
+
+def test_an_empty_table_inserts_nothing(tmp_path: Path) -> None:
+    """The empty relation joined positionally adds no row, even to an empty source (a positional
+    join pads the shorter side, so a one-row relation would have added a row of NULLs)."""
+    with duckdb.connect(str(tmp_path / "empty.duckdb")) as con:
+        con.execute("CREATE TABLE t (a BIGINT, b VARCHAR)")
+        con.register("_rows", pa.table({"a": pa.array([], pa.int64()), "b": pa.array([], pa.string())}))
+        con.execute(insert_sql("t", "_rows"))
+        assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def plan_of(con: duckdb.DuckDBPyConnection, sql: str) -> str:
+    return str(con.execute(f"EXPLAIN {sql}").fetchall()[0][1])
+
+
+def test_an_arrow_insert_is_a_direct_append_with_two_threads(store: DuckDBStore) -> None:
+    """The plain statement is a batch insert with two threads (why `insert_sql` exists); the
+    store's is a direct append. Should DuckDB stop planning either way, this says so."""
+    rows = span_batch(3000, 0).spans
+    con = store._con.cursor()
+    try:
+        assert con.execute("SELECT current_setting('threads')").fetchone() == (2,)
+        con.register("_rows", rows)
+        assert "BATCH_INSERT" in plan_of(con, "INSERT INTO spans BY NAME SELECT * FROM _rows")
+        direct = plan_of(con, insert_sql("spans", "_rows"))
+        assert "BATCH_INSERT" not in direct
+        assert "INSERT" in direct
+    finally:
+        con.close()
