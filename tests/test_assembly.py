@@ -31,7 +31,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.trace import TracerProvider
 
 from collector.otlp.batch import SpanBatch, decode_request, empty_batch
-from collector.processors.assembler import mapping_pool, submit_job
+from collector.processors.assembler import mapping_pool, runs_without_repeats, submit_job
 from collector.processors.config import SamplingConfig
 from collector.processors.mapping_job import MAP_CHUNK, MapJob, Scoring, run_map_job
 from collector.processors.scoring import ScoringSetup
@@ -970,3 +970,13 @@ def test_a_mapping_job_builds_its_rows_a_chunk_at_a_time_and_loses_none() -> Non
     assert whole.tables.outbox is not None and whole.tables.scores is not None
     assert len(set(whole.tables.outbox.column("event_id").to_pylist())) == whole.tables.scores.num_rows
     assert whole.conventions == {k: v for result in alone for k, v in result.conventions.items()}
+
+
+def test_jobs_are_written_together_until_a_trace_repeats() -> None:
+    """Finished jobs are written in one transaction, but a job holding a trace that an earlier
+    one holds (re-assembled by a late span while the first ran) starts a new write, so its rows
+    replace the earlier ones instead of joining them."""
+    jobs = [("a", ["t1", "t2"]), ("b", ["t3"]), ("c", ["t2", "t4"]), ("d", ["t5"]), ("e", ["t5"])]
+    runs = list(runs_without_repeats(jobs, lambda job: job[1]))
+    assert [[name for name, _ in run] for run in runs] == [["a", "b"], ["c", "d"], ["e"]]
+    assert list(runs_without_repeats([], lambda job: job)) == []

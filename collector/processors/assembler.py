@@ -25,10 +25,11 @@ import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import orjson
 import pyarrow as pa
@@ -50,7 +51,10 @@ from collector.processors.slices import Dimension, SliceCaps
 from collector.processors.spill import SpillDirectory, SpilledBatch
 from collector.store.base import Store
 from collector.store.span_records import SPAN_COLUMNS
+from collector.store.trace_rows import concat_trace_tables
 from collector.telemetry import Metrics
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +142,21 @@ def mapping_pool(workers: int, niceness: int, scoring: ScoringSetup | None) -> P
         initializer=init_worker,
         initargs=(niceness, os.getpid(), scoring),
     )
+
+
+def runs_without_repeats(items: Sequence[T], keys: Callable[[T], Iterable[str]]) -> Iterator[list[T]]:
+    """`items` in order, cut into the longest runs in which no key (a trace id) appears twice."""
+    run: list[T] = []
+    seen: set[str] = set()
+    for item in items:
+        item_keys = set(keys(item))
+        if run and not seen.isdisjoint(item_keys):
+            yield run
+            run, seen = [], set()
+        run.append(item)
+        seen |= item_keys
+    if run:
+        yield run
 
 
 def submit_job(pool: ProcessPoolExecutor, job: MapJob) -> Future[MapResult]:
@@ -450,17 +469,24 @@ class TraceAssembler:
             prepared = self._prepare(chunk)
             if prepared is not None:
                 self._in_flight.append((prepared, self._submit(prepared.job)))
-            while len(self._in_flight) > overlap:
-                self._finish(*self._in_flight.popleft())
+            if len(self._in_flight) > overlap:
+                wait([self._in_flight[0][1]])  # the oldest job, then every one done behind it
+                self._finish_done()
         return started
 
     def _finish_done(self) -> None:
+        """Write the jobs done at the head of the queue, in order, together where they can be."""
+        done = []
         while self._in_flight and self._in_flight[0][1].done():
-            self._finish(*self._in_flight.popleft())
+            done.append(self._in_flight.popleft())
+        if done:
+            self._finish(done)
 
     def _finish_all(self) -> None:
-        while self._in_flight:
-            self._finish(*self._in_flight.popleft())
+        if self._in_flight:
+            jobs = list(self._in_flight)
+            self._in_flight.clear()
+            self._finish(jobs)
 
     def _prepare(self, ready: list[tuple[str, str, _Pending]]) -> _Prepared | None:
         """Collect the rows of these traces and decide each one's assembly count."""
@@ -553,18 +579,28 @@ class TraceAssembler:
         log.error("the mapping worker process died; mapping in the assembler thread from now on")
         self._pool = None
 
-    def _finish(self, prepared: _Prepared, future: Future[MapResult]) -> None:
-        try:
-            result = future.result()
-        except BrokenProcessPool:
-            self._lose_worker()
-            result = self._run_here(prepared.job).result()
-        counts = prepared.counts
-        replace = [t for t, (_, count) in counts.items() if count > 1]
+    def _finish(self, jobs: list[tuple[_Prepared, Future[MapResult]]]) -> None:
+        """Write the results of these jobs (waiting for each), several in one transaction: a write
+        has a fixed cost in DuckDB (a few milliseconds a statement, whatever its rows) that one
+        write of two jobs pays once. Jobs that share a trace (a late span re-assembled it while
+        the first job ran) are written apart, in order, so the later rows replace the earlier."""
+        done: list[tuple[_Prepared, MapResult]] = []
+        for prepared, future in jobs:
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                self._lose_worker()
+                result = self._run_here(prepared.job).result()
+            done.append((prepared, result))
+        for group in runs_without_repeats(done, lambda job: job[0].counts):
+            self._write_group(group)
+
+    def _write_group(self, group: list[tuple[_Prepared, MapResult]]) -> None:
+        tables = concat_trace_tables([result.tables for _, result in group])
+        replace = [t for prepared, _ in group for t, (_, count) in prepared.counts.items() if count > 1]
         if self._caps is not None:
-            result.tables.traces = self._caps.apply(result.tables.traces, self._clock())
-        self._store.write_traces(result.tables, replace)
-        tables = result.tables
+            tables.traces = self._caps.apply(tables.traces, self._clock())
+        self._store.write_traces(tables, replace)
         record_metrics(
             self._metrics,
             tables.scores,
@@ -573,11 +609,13 @@ class TraceAssembler:
             decisions=tables.traces,
             received_us=scored_received_times(tables.traces),
         )
-        for trace_id, convention in result.conventions.items():
-            self._metrics.traces_assembled.labels(counts[trace_id][0]).inc()
-            if convention == "unknown":
-                self._metrics.traces_unknown.inc()
-        self._metrics.assembly_seconds.observe(time.perf_counter() - prepared.started)
+        written = time.perf_counter()
+        for prepared, result in group:
+            for trace_id, convention in result.conventions.items():
+                self._metrics.traces_assembled.labels(prepared.counts[trace_id][0]).inc()
+                if convention == "unknown":
+                    self._metrics.traces_unknown.inc()
+            self._metrics.assembly_seconds.observe(written - prepared.started)
 
     def _gather(
         self, ready: list[tuple[str, str, _Pending]], from_store: list[str]
