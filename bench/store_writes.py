@@ -12,6 +12,9 @@ bytes) are read after the writes; then one CHECKPOINT runs while a thread sample
     .venv/bin/python bench/store_writes.py                   # 20,000 traces, the defaults
     .venv/bin/python bench/store_writes.py --threads 1       # DuckDB on one thread
     .venv/bin/python bench/store_writes.py --setting "disabled_compression_methods='dictionary'"
+    .venv/bin/python bench/store_writes.py --jobs-per-write 2  # two jobs' rows in one write_traces
+
+It prints the CPU seconds of the span appends and of the trace writes apart.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from collector.processors.mapping_job import MapJob, Scoring, run_map_job
 from collector.processors.scoring import ScoringSetup
 from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore
-from collector.store.trace_rows import TraceTables
+from collector.store.trace_rows import TraceTables, concat_trace_tables
 
 ROUND = 500  # traces per write, as the assembler's jobs
 
@@ -76,9 +79,17 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="a DuckDB setting, as SET GLOBAL NAME = VALUE (repeatable); not a ragpulse key",
     )
+    parser.add_argument(
+        "--jobs-per-write",
+        type=int,
+        default=1,
+        help="rounds whose rows one write_traces stores (the assembler writes jobs finished together)",
+    )
     args = parser.parse_args()
 
     work = rounds(args.traces)
+    per = args.jobs_per_write
+    writes = [concat_trace_tables([t for _, _, t in work[i : i + per]]) for i in range(0, len(work), per)]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "writes.duckdb"
         # Automatic checkpoints off (a threshold of 1 TiB): the one checkpoint is timed apart.
@@ -90,8 +101,10 @@ def main() -> None:
             store._con.execute(f"SET GLOBAL {setting}")
         baseline = anon_mib()
         started = cpu_seconds()
-        for spans, events, tables in work:
+        for spans, events, _ in work:
             store.append_spans(spans, events)
+        append_cpu = cpu_seconds() - started
+        for tables in writes:
             store.write_traces(tables, [])
         write_cpu = cpu_seconds() - started
         after_writes = anon_mib()
@@ -122,10 +135,13 @@ def main() -> None:
 
     threads = args.threads or "DuckDB's default"
     print(
-        f"{len(work) * ROUND} traces written in rounds of {ROUND}, threads {threads}, "
+        f"{len(work) * ROUND} traces written in rounds of {ROUND} ({per} a write), threads {threads}, "
         f"memory_limit {args.memory_limit}" + "".join(f", {setting}" for setting in args.setting)
     )
-    print(f"writes: {write_cpu:.2f} CPU s; write-ahead log {wal} MiB")
+    print(
+        f"writes: {write_cpu:.2f} CPU s (span appends {append_cpu:.2f}, trace writes "
+        f"{write_cpu - append_cpu:.2f}); write-ahead log {wal} MiB"
+    )
     print(
         f"RssAnon: {baseline} MiB before the writes (rows built), {after_writes} MiB after them "
         f"(+{after_writes - baseline}); DuckDB's account: {pool} MiB in its buffer pool, "
