@@ -424,7 +424,7 @@ def _step(top: _Node) -> Step:
     rep = representative.span
     input_tokens, output_tokens, total_tokens = _tokens(kind, order, members)
     # Every value is already of its field's type (the readers above normalize them), so the step
-    # is built without validation, in `Step`'s field order; validating cost a tenth of the mapping.
+    # is built without validation, in `Step`'s field order; validating cost about 8 % of the mapping.
     return _new_step(
         rep.span_id,
         top.span.parent_span_id,

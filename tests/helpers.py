@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -41,6 +42,7 @@ from opentelemetry.trace import Tracer
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import Config
+from collector.otlp.batch import SpanBatch, decode_request
 from collector.server_file import server_file
 from collector.store.base import Store
 from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES
@@ -287,6 +289,22 @@ def trace_request(
     scope_spans.scope.name, scope_spans.scope.version = scope_name, scope_version
     scope_spans.spans.extend(spans)
     return request
+
+
+def named_spans_batch(names: Iterable[str], service_name: str = "tests") -> SpanBatch:
+    """The decoded batch of one export of bare spans named `names`, in order, each in a trace of its
+    own (random ids), 100 ms long."""
+    spans = [
+        Span(
+            trace_id=secrets.token_bytes(16),
+            span_id=secrets.token_bytes(8),
+            name=name,
+            start_time_unix_nano=1_700_000_000_000_000_000,
+            end_time_unix_nano=1_700_000_000_100_000_000,
+        )
+        for name in names
+    ]
+    return decode_request(trace_request(spans, service_name, "tests"))
 
 
 def trace_request_json(spans: list[Any], service_name: str, scope_name: str) -> dict[str, Any]:

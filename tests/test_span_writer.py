@@ -3,30 +3,16 @@ queue (its future cancelled) is committed all the same, and the writer goes on s
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from collector.otlp.batch import SpanBatch, decode_request
 from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
-from tests.helpers import trace_request
-
-
-def one_span_batch(name: str) -> SpanBatch:
-    span = Span(
-        trace_id=secrets.token_bytes(16),
-        span_id=secrets.token_bytes(8),
-        name=name,
-        start_time_unix_nano=1_700_000_000_000_000_000,
-        end_time_unix_nano=1_700_000_000_100_000_000,
-    )
-    return decode_request(trace_request([span], "writer-tests", "tests"))
+from tests.helpers import named_spans_batch
 
 
 @pytest.fixture
@@ -44,11 +30,11 @@ def test_a_batch_whose_future_was_cancelled_in_the_queue_is_committed_and_the_wr
     store: DuckDBStore,
 ) -> None:
     writer = SpanWriter(store, Metrics(), max_queue_spans=1_000, max_commit_spans=1_000)
-    abandoned = writer.submit(one_span_batch("abandoned"))
+    abandoned = writer.submit(named_spans_batch(["abandoned"]))
     assert abandoned.cancel()  # what asyncio does to it when the export's handler is cancelled
     writer.start()
     try:
-        later = writer.submit(one_span_batch("later"))
+        later = writer.submit(named_spans_batch(["later"]))
         assert later.result(timeout=20) is None
     finally:
         writer.stop()

@@ -2,48 +2,27 @@
 
 With two or more threads DuckDB plans `INSERT ... SELECT * FROM <arrow>` as a batch insert, which
 copies the rows twice; `insert_sql` joins them positionally with an empty relation so that the plan
-is a direct append (docs/architecture.md, "The store interface"). These tests hold both halves of that: the
-rows are exactly the source's, and the plan is the direct one, on a real DuckDB file."""
+is a direct append (docs/architecture.md, "The store interface"). These tests hold both halves of
+that: the rows are exactly the source's, and the plan is the direct one, on a real DuckDB file."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pytest
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from collector.otlp.batch import SpanBatch, concat_batches, decode_request
+from collector.otlp.batch import concat_batches
 from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore, insert_sql
-from tests.helpers import trace_request
-
-
-def span_batch(count: int, start: int) -> SpanBatch:
-    spans = [
-        Span(
-            trace_id=secrets.token_bytes(16),
-            span_id=secrets.token_bytes(8),
-            name=f"span-{start + i:06d}",
-            start_time_unix_nano=1_700_000_000_000_000_000 + i,
-            end_time_unix_nano=1_700_000_000_100_000_000 + i,
-        )
-        for i in range(count)
-    ]
-    return decode_request(trace_request(spans, "insert-tests", "tests"))
+from tests.helpers import named_spans_batch
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "inserts.duckdb"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[DuckDBStore]:
-    store = DuckDBStore(db_path, StoreConfig(threads=2))
+def store(tmp_path: Path) -> Iterator[DuckDBStore]:
+    store = DuckDBStore(tmp_path / "inserts.duckdb", StoreConfig(threads=2))
     yield store
     store.close()
 
@@ -59,7 +38,7 @@ def test_every_span_of_a_group_commit_is_stored_in_order(store: DuckDBStore, siz
     DuckDB's 2,048-row vectors. Each row arrives once, in the order sent."""
     batches, start = [], 0
     for size in sizes:
-        batches.append(span_batch(size, start))
+        batches.append(named_spans_batch(f"span-{start + i:06d}" for i in range(size)))
         start += size
     batch = concat_batches(batches)
     assert batch.spans.num_rows == sum(sizes)
@@ -84,7 +63,7 @@ def plan_of(con: duckdb.DuckDBPyConnection, sql: str) -> str:
 def test_an_arrow_insert_is_a_direct_append_with_two_threads(store: DuckDBStore) -> None:
     """The plain statement is a batch insert with two threads (why `insert_sql` exists); the
     store's is a direct append. Should DuckDB stop planning either way, this says so."""
-    rows = span_batch(3000, 0).spans
+    rows = named_spans_batch(str(i) for i in range(3000)).spans
     con = store._con.cursor()
     try:
         assert con.execute("SELECT current_setting('threads')").fetchone() == (2,)
