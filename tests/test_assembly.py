@@ -31,11 +31,21 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.trace import TracerProvider
 
 from collector.otlp.batch import SpanBatch, decode_request, empty_batch
-from collector.processors.assembler import mapping_pool, runs_without_repeats, submit_job
-from collector.processors.config import SamplingConfig
+from collector.processors.assembler import (
+    ROUND_TRACES,
+    WRITE_JOBS,
+    TraceAssembler,
+    mapping_pool,
+    runs_without_repeats,
+    submit_job,
+)
+from collector.processors.config import AssemblerConfig, SamplingConfig
 from collector.processors.mapping_job import MAP_CHUNK, MapJob, Scoring, run_map_job
 from collector.processors.scoring import ScoringSetup
 from collector.service import BackgroundService, Service
+from collector.store.duckdb_store import DuckDBStore
+from collector.store.trace_rows import TraceTables
+from collector.telemetry import Metrics
 from semconv import emit
 from tests.helpers import (
     Served,
@@ -45,6 +55,7 @@ from tests.helpers import (
     key_values,
     make_config,
     metric,
+    named_spans_batch,
     post_otlp,
     sdk_tracer_provider,
     sql,
@@ -980,3 +991,40 @@ def test_jobs_are_written_together_until_a_trace_repeats() -> None:
     runs = list(runs_without_repeats(jobs, lambda job: job[1]))
     assert [[name for name, _ in run] for run in runs] == [["a", "b"], ["c", "d"], ["e"]]
     assert list(runs_without_repeats([], lambda job: job)) == []
+
+
+class _RecordedWrites(DuckDBStore):
+    """A store that records the trace ids of each `write_traces` (one transaction each)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writes: list[list[str]] = []
+
+    def write_traces(self, tables: TraceTables, replace: Any) -> None:
+        super().write_traces(tables, replace)
+        self.writes.append(tables.traces["trace_id"].to_pylist())
+
+
+def test_the_two_oldest_jobs_are_written_together_while_the_workers_map_on(tmp_path: Path) -> None:
+    """With worker processes, each has a job mapping and one queued while the assembler writes;
+    the assembler waits for the two oldest jobs and writes them in one transaction (a write's
+    statements cost a few ms each whatever their rows). Every trace is written once."""
+    now = [0.0]
+    store = _RecordedWrites(tmp_path / "pairs.duckdb")
+    config = AssemblerConfig(workers=2, decision_wait=1.0)
+    assembler = TraceAssembler(store, config, Metrics(), clock=lambda: now[0])
+    batch = named_spans_batch([f"span {i}" for i in range(6 * ROUND_TRACES)])
+    store.append_spans(batch.spans, batch.events)
+    try:
+        assembler.run_round([batch])
+        now[0] = 2.0
+        assembler.run_round([])  # three jobs sent (one per worker, one more); the workers start
+        assembler.run_round([])  # two more: past four in flight, the two oldest are written
+        assert [len(w) for w in store.writes[:1]] == [WRITE_JOBS * ROUND_TRACES]
+        while assembler.run_round([]) or assembler.in_flight:
+            pass  # the last job, then everything mapped is written
+        written = [t for write in store.writes for t in write]
+        assert sorted(written) == sorted(batch.spans["trace_id"].to_pylist())
+    finally:
+        assembler.stop()
+        store.close()
