@@ -1,4 +1,5 @@
-"""How the store inserts Arrow rows: every row, in order, and planned as a direct append.
+"""How the store inserts Arrow rows: every row, in order, and planned as a direct append; and how
+it keeps `score_aggregates` in step with the score rows it inserts.
 
 With two or more threads DuckDB plans `INSERT ... SELECT * FROM <arrow>` as a batch insert, which
 copies the rows twice; `insert_sql` joins them positionally with an empty relation so that the plan
@@ -8,6 +9,7 @@ that: the rows are exactly the source's, and the plan is the direct one, on a re
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -17,7 +19,7 @@ import pytest
 from collector.otlp.batch import concat_batches
 from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore, insert_sql
-from tests.helpers import named_spans_batch
+from tests.helpers import named_spans_batch, seed_scores
 
 
 @pytest.fixture
@@ -74,3 +76,43 @@ def test_an_arrow_insert_is_a_direct_append_with_two_threads(store: DuckDBStore)
         assert "INSERT" in direct
     finally:
         con.close()
+
+
+def test_aggregates_add_each_write_to_the_rows_of_its_keys(store: DuckDBStore) -> None:
+    """Each write of scores is merged into `score_aggregates` (one statement): added to the row of
+    a (minute, service, name, probe) key that has one, a new row for a key that has none. After
+    three writes the aggregates equal those computed from every score row."""
+    minute, later = datetime(2026, 12, 5, 10, 1), datetime(2026, 12, 5, 10, 2)
+    seed_scores(store, [minute, minute], ["faithfulness", "recall"], [0.9, 0.2])
+    seed_scores(
+        store,
+        [minute, minute, later],
+        ["faithfulness", "faithfulness", "faithfulness"],
+        [0.4, None, 0.7],
+        trace_ids=["a" * 32, "b" * 32, "c" * 32],
+    )
+    seed_scores(
+        store,
+        [minute],
+        ["recall"],
+        [None],
+        statuses=["skipped"],
+        services="other-bot",
+        trace_ids=["d" * 32],
+    )
+    columns = (
+        "bucket, service_name, name, probe, n, n_pass, n_fail, n_error, n_skipped, sum, sum_sq, min, max"
+    )
+    kept = store.query(f"SELECT {columns} FROM score_aggregates ORDER BY ALL", 100, 10).rows
+    computed = store.query(
+        "SELECT bucket, service_name, name, probe, count(*), count(*) FILTER (status = 'pass'), "
+        "count(*) FILTER (status = 'fail'), count(*) FILTER (status = 'error'), "
+        "count(*) FILTER (status = 'skipped'), sum(value), sum(value * value), min(value), max(value) "
+        "FROM scores GROUP BY ALL ORDER BY ALL",
+        100,
+        10,
+    ).rows
+    assert len(kept) == 4  # faithfulness and recall at 10:01, faithfulness at 10:02, other-bot
+    assert [row[:9] for row in kept] == [row[:9] for row in computed]
+    for row, expected in zip(kept, computed, strict=True):
+        assert row[9:] == pytest.approx(expected[9:], nan_ok=True)
