@@ -1021,8 +1021,10 @@ def test_the_two_oldest_jobs_are_written_together_while_the_workers_map_on(tmp_p
         assembler.run_round([])  # three jobs sent (one per worker, one more); the workers start
         assembler.run_round([])  # two more: past four in flight, the two oldest are written
         assert [len(w) for w in store.writes[:1]] == [WRITE_JOBS * ROUND_TRACES]
-        while assembler.run_round([]) or assembler.in_flight:
-            pass  # the last job, then everything mapped is written
+        for _ in range(10):  # the last job, then (nothing left to send) everything mapped is written
+            if not (assembler.run_round([]) or assembler.in_flight):
+                break
+        assert assembler.in_flight == 0
         written = [t for write in store.writes for t in write]
         assert sorted(written) == sorted(batch.spans["trace_id"].to_pylist())
     finally:

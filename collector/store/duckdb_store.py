@@ -132,16 +132,19 @@ _AGGREGATES = (
 )
 
 
-_AGGREGATE_COLUMNS = ("n", "n_pass", "n_fail", "n_error", "n_skipped", "sum", "sum_sq", "min", "max")
+# The counts and sums of a `score_aggregates` row (what `_AGGREGATES` computes), after its key.
+_AGGREGATE_COLUMNS = tuple(
+    c for c in SCORE_AGGREGATES.column_names if c not in (*SCORE_AGGREGATE_KEY, "updated_at")
+)
 
 
-def merge_aggregates_sql(key: Sequence[str], added_sql: str) -> str:
-    """Add the aggregates `added_sql` selects (a row per `key`) to `score_aggregates`: to the row of
-    their key where there is one, as a new row where not. One statement, not an UPDATE and an INSERT
-    of the rows the UPDATE missed: each statement has a fixed cost of a few ms."""
+def merge_aggregates_sql(table: str, key: Sequence[str], added_sql: str) -> str:
+    """Add the aggregates `added_sql` selects (a row per `key`) to `table`: to the row of their key
+    where there is one, as a new row where not. One statement, not an UPDATE and an INSERT of the
+    rows the UPDATE missed: each statement has a fixed cost of a few ms."""
     columns = (*key, *_AGGREGATE_COLUMNS)
     return (
-        f"MERGE INTO score_aggregates a USING ({added_sql}) g ON {key_match(key, 'a', 'g')} "
+        f"MERGE INTO {table} a USING ({added_sql}) g ON {key_match(key, 'a', 'g')} "
         "WHEN MATCHED THEN UPDATE SET "
         "n = a.n + g.n, n_pass = a.n_pass + g.n_pass, n_fail = a.n_fail + g.n_fail, "
         "n_error = a.n_error + g.n_error, n_skipped = a.n_skipped + g.n_skipped, "
@@ -497,7 +500,7 @@ class DuckDBStore(Store):
                 skip = f"ANTI JOIN _affected k ON {match('s', 'k')}"
             added_sql = f"SELECT {aggregates} FROM _new_scores s {skip} GROUP BY ALL"
             if self.aggregates_in_place:
-                con.execute(merge_aggregates_sql(key, added_sql))
+                con.execute(merge_aggregates_sql(self.aggregates_table, key, added_sql))
             else:  # a row of partial sums per key, summed by readers
                 con.execute(
                     f"INSERT INTO {self.aggregates_table} BY NAME "
