@@ -132,30 +132,6 @@ _AGGREGATES = (
 )
 
 
-# The counts and sums of a `score_aggregates` row (what `_AGGREGATES` computes), after its key.
-_AGGREGATE_COLUMNS = tuple(
-    c for c in SCORE_AGGREGATES.column_names if c not in (*SCORE_AGGREGATE_KEY, "updated_at")
-)
-
-
-def merge_aggregates_sql(table: str, key: Sequence[str], added_sql: str) -> str:
-    """Add the aggregates `added_sql` selects (a row per `key`) to `table`: to the row of their key
-    where there is one, as a new row where not. One statement, not an UPDATE and an INSERT of the
-    rows the UPDATE missed: each statement has a fixed cost of a few ms."""
-    columns = (*key, *_AGGREGATE_COLUMNS)
-    return (
-        f"MERGE INTO {table} a USING ({added_sql}) g ON {key_match(key, 'a', 'g')} "
-        "WHEN MATCHED THEN UPDATE SET "
-        "n = a.n + g.n, n_pass = a.n_pass + g.n_pass, n_fail = a.n_fail + g.n_fail, "
-        "n_error = a.n_error + g.n_error, n_skipped = a.n_skipped + g.n_skipped, "
-        "sum = coalesce(a.sum, 0) + coalesce(g.sum, 0), "
-        "sum_sq = coalesce(a.sum_sq, 0) + coalesce(g.sum_sq, 0), "
-        f"min = least(a.min, g.min), max = greatest(a.max, g.max), updated_at = {_NOW} "
-        f"WHEN NOT MATCHED THEN INSERT ({quoted(columns)}, updated_at) "
-        f"VALUES ({quoted(columns, 'g.')}, {_NOW})"
-    )
-
-
 # Every table with rows of one trace, keyed by trace_id: what retention deletes. Judge work is the
 # traces' `judge_status`; aggregates, alerts, canary runs and cases are not per trace and stay.
 # Spans first: the traces whose spans are deleted are the traces counted as deleted.
@@ -499,15 +475,34 @@ class DuckDBStore(Store):
                 con.register("_affected", affected)
                 skip = f"ANTI JOIN _affected k ON {match('s', 'k')}"
             added_sql = f"SELECT {aggregates} FROM _new_scores s {skip} GROUP BY ALL"
-            if self.aggregates_in_place:
-                con.execute(merge_aggregates_sql(self.aggregates_table, key, added_sql))
-            else:  # a row of partial sums per key, summed by readers
+            if not self.aggregates_in_place:  # a row of partial sums per key, summed by readers
                 con.execute(
                     f"INSERT INTO {self.aggregates_table} BY NAME "
                     f"SELECT *, {_NOW} AS updated_at FROM ({added_sql})"
                 )
+            else:
+                added = con.execute(added_sql).to_arrow_table()
             if skip:
                 con.unregister("_affected")
+        if not self.aggregates_in_place:
+            return
+        with _registered(con, "_added", added):
+            con.execute(
+                """
+                UPDATE score_aggregates a SET
+                    n = a.n + g.n, n_pass = a.n_pass + g.n_pass, n_fail = a.n_fail + g.n_fail,
+                    n_error = a.n_error + g.n_error, n_skipped = a.n_skipped + g.n_skipped,
+                    sum = coalesce(a.sum, 0) + coalesce(g.sum, 0),
+                    sum_sq = coalesce(a.sum_sq, 0) + coalesce(g.sum_sq, 0),
+                    min = least(a.min, g.min), max = greatest(a.max, g.max),
+                    updated_at = now()::TIMESTAMP
+                FROM _added g WHERE """
+                + match("a", "g")
+            )
+            con.execute(
+                f"INSERT INTO score_aggregates BY NAME SELECT g.*, {_NOW} AS updated_at FROM _added g "
+                f"WHERE NOT EXISTS (SELECT 1 FROM score_aggregates a WHERE {match('a', 'g')})"
+            )
 
     # ---------------------------------------------------------------- judge work
 
