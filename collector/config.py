@@ -68,6 +68,11 @@ class Config(Section):
             return None
         return [entry.as_entry() for entry in self.evaluators]
 
+    def store_beside_workers(self) -> StoreConfig:
+        """`store:` for a process that runs the assembler's mapping workers beside DuckDB: a null
+        `threads` becomes the cores the workers leave (`StoreConfig.beside_workers`)."""
+        return self.store.beside_workers(self.assembler.workers if self.assembler.enabled else 0)
+
     def check_evaluators(self) -> None:
         """Refuse `evaluators:` entries that could not be built (unknown name or option, a judge
         option without a judge), naming the entry and key; `ConfigError`."""

@@ -202,7 +202,7 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
     """Write every captured request straight into the database file, through the ingest pipeline."""
     report = ReplayReport()
     metrics = Metrics()
-    store = open_store(config.store)
+    store = open_store(config.store_beside_workers())
     writer = SpanWriter(store, metrics, config.store.max_queue_spans, config.store.max_commit_spans)
     writer.start()
     try:

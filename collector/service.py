@@ -126,7 +126,14 @@ class Service:
         keyring = self._keyring()
         self._tls = self._server_tls()
         _warn_if_unsafe(cfg)
-        self.store = open_store(cfg.store)
+        store_config = cfg.store_beside_workers()
+        self.store = open_store(store_config)
+        if store_config.threads != cfg.store.threads:
+            log.info(
+                "DuckDB threads: %d, the cores the %d mapping workers leave (store.threads: null)",
+                store_config.threads,
+                cfg.assembler.workers,
+            )
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from typing import Literal
@@ -9,6 +10,13 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from collector.config_base import Section
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class RetentionConfig(Section):
@@ -64,8 +72,19 @@ class StoreConfig(Section):
     # DuckDB's memory (its buffer pool caches table blocks and would grow toward 80 % of the
     # machine's RAM); queries that need more spill to disk. null: DuckDB's own default.
     memory_limit: str | None = "128MB"
+    # DuckDB's threads. null: where mapping workers run beside it (`serve`, `replay --db`), the
+    # cores they leave, at least one (`beside_workers`); elsewhere DuckDB's default, every core.
     threads: int | None = Field(None, gt=0)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+
+    def beside_workers(self, workers: int, cores: int | None = None) -> StoreConfig:
+        """This section with `threads`, when null, set to the `cores` (default: those this process
+        may run on) that `workers` mapping processes leave, at least one. A DuckDB thread more than
+        the free cores does not make writes faster: it waits for a core, and the writing thread
+        waits for it. With no workers, `threads` stays as it is."""
+        if self.threads is not None or workers <= 0:
+            return self
+        return self.model_copy(update={"threads": max(1, (cores or available_cores()) - workers)})
 
     @field_validator("replica")
     @classmethod
