@@ -128,12 +128,6 @@ class Service:
         _warn_if_unsafe(cfg)
         store_config = cfg.store_beside_workers()
         self.store = open_store(store_config)
-        if store_config.threads != cfg.store.threads:
-            log.info(
-                "DuckDB threads: %d, the cores the %d mapping workers leave (store.threads: null)",
-                store_config.threads,
-                cfg.assembler.workers,
-            )
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
         )
@@ -236,6 +230,12 @@ class Service:
             self.grpc_port,
             self.http_url,
         )
+        if store_config.threads != cfg.store.threads:
+            log.info(
+                "DuckDB threads: %d, the cores the %d mapping workers leave (store.threads: null)",
+                store_config.threads,
+                cfg.assembler.workers,
+            )
 
     def _start_scoring(self, store: Store) -> ScoringSetup | None:
         """The online scoring stages `scoring:` asks for: the deterministic evaluators' setup (run by
