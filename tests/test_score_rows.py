@@ -56,6 +56,22 @@ def test_events_show_the_items_as_stored_when_nothing_is_cut() -> None:
     assert json.loads(rows.outbox["attributes"][0].as_py())["ragpulse.items"] == stored
 
 
+def test_a_score_without_items_stores_and_exports_an_empty_list() -> None:
+    # Most scores have none; their rows skip building and encoding a list, and must say the same.
+    bare = Score.judged("answer_relevance", 0.9, 0.5)
+    with_items = Score.judged("faithfulness", 1.0, 0.5, items=[score_item("claim", True, "doc")])
+    rows = score_rows([(_trace(), 1, [bare, with_items])], "deterministic", NOW_US, export_events=True)
+    assert [json.loads(text) for text in rows.scores["items"].to_pylist()] == [
+        [],
+        [{"text": "claim", "ok": True, "evidence": "doc"}],
+    ]
+    assert rows.scores["name"].to_pylist() == ["answer_relevance", "faithfulness"]
+    assert rows.scores["value"].to_pylist() == [0.9, 1.0]
+    bare_event, items_event = (json.loads(a) for a in rows.outbox["attributes"].to_pylist())
+    assert "ragpulse.items" not in bare_event  # an event names items only when there are some
+    assert json.loads(items_event["ragpulse.items"]) == [{"text": "claim", "ok": True, "evidence": "doc"}]
+
+
 def test_events_cut_long_texts_and_keep_the_first_items() -> None:
     long = "w" * (MAX_EVENT_TEXT + 5)
     exact = "e" * MAX_EVENT_TEXT
