@@ -79,9 +79,9 @@ def test_an_arrow_insert_is_a_direct_append_with_two_threads(store: DuckDBStore)
 
 
 def test_aggregates_add_each_write_to_the_rows_of_its_keys(store: DuckDBStore) -> None:
-    """Each write of scores is merged into `score_aggregates` (one statement): added to the row of
-    a (minute, service, name, probe) key that has one, a new row for a key that has none. After
-    three writes the aggregates equal those computed from every score row."""
+    """Each write of scores is added into `score_aggregates`: to the row of a (minute, service,
+    name, probe) key that has one, as a new row for a key that has none. After three writes the
+    aggregates equal those computed from every score row."""
     minute, later = datetime(2026, 12, 5, 10, 1), datetime(2026, 12, 5, 10, 2)
     seed_scores(store, [minute, minute], ["faithfulness", "recall"], [0.9, 0.2])
     seed_scores(

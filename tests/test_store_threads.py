@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from collector.service import BackgroundService
@@ -37,4 +38,8 @@ def test_serve_gives_duckdb_the_cores_its_mapping_worker_leaves(tmp_path: Path) 
 def test_serve_keeps_configured_threads_and_duckdbs_default_without_workers(tmp_path: Path) -> None:
     assert _duckdb_threads(tmp_path / "a", assembler={"workers": 1}, store={"threads": 3}) == 3
     # No worker process: the assembler maps on its own thread, and DuckDB keeps its default.
-    assert _duckdb_threads(tmp_path / "b") == available_cores()
+    with duckdb.connect() as plain:
+        row = plain.execute("SELECT current_setting('threads')").fetchone()
+    assert row is not None
+    default = int(row[0])
+    assert _duckdb_threads(tmp_path / "b") == default

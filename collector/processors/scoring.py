@@ -208,9 +208,11 @@ def score_rows(
         spans = _EvaluatedSpans(trace)
         for score in scores:
             span_ids.append(spans.of(score.name))
-            # Most scores have no items (ten of the thirteen defaults): no list to build or encode.
-            items = _items(score) if score.items else []
-            text = orjson.dumps(items).decode() if items else _NO_ITEMS
+            if score.items:
+                items = _items(score)
+                text = orjson.dumps(items).decode()
+            else:  # most scores (ten of the thirteen defaults): no list to build or encode
+                items, text = [], _NO_ITEMS
             items_json.append(text)
             if export_events:
                 attributes.append(event_attributes(score, evaluator, revision, items, items_json=text))
