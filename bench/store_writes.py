@@ -6,13 +6,19 @@ bench/load_generator.py's traces are mapped and scored in this process (as a map
 would), then written through the store's own write path (`append_spans`, `write_traces`) with the
 service's store settings, in rounds of 500 traces, with automatic checkpoints off. The process's
 anonymous memory (RssAnon) and DuckDB's own account (`duckdb_memory()`: buffer pool and spilled
-bytes) are read after the writes; then one CHECKPOINT runs while a thread samples RssAnon every
-10 ms. The rows to write are built first, and their memory is counted in the baseline.
+bytes) are read after the writes; then one CHECKPOINT runs, as the automatic ones do (without
+merging row groups: see docs/architecture.md, "Checkpoints"), while a thread samples RssAnon every
+10 ms. The rows to write are built first, and their memory is counted in the baseline. With
+`--blocks N` the same rows are written N times, a checkpoint after each, and each checkpoint's CPU
+is printed: how checkpoints grow with the tables.
 
     .venv/bin/python bench/store_writes.py                   # 20,000 traces, the defaults
     .venv/bin/python bench/store_writes.py --threads 1       # DuckDB on one thread
     .venv/bin/python bench/store_writes.py --setting "disabled_compression_methods='dictionary'"
     .venv/bin/python bench/store_writes.py --jobs-per-write 2  # two jobs' rows in one write_traces
+    .venv/bin/python bench/store_writes.py --traces 10000 --blocks 24   # 24 checkpoints as the tables grow
+    .venv/bin/python bench/store_writes.py --traces 10000 --blocks 24 --setting max_vacuum_tasks=100
+                                                              # ... merging row groups, DuckDB's default
 
 It prints the CPU seconds of the span appends and of the trace writes apart.
 """
@@ -85,6 +91,12 @@ def main() -> None:
         default=1,
         help="rounds whose rows one write_traces stores (the assembler writes jobs finished together)",
     )
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=1,
+        help="write the rows this many times, a checkpoint after each (the growth with the tables)",
+    )
     args = parser.parse_args()
 
     work = rounds(args.traces)
@@ -126,11 +138,21 @@ def main() -> None:
         sampler = threading.Thread(target=sample)
         sampler.start()
         started, wall = cpu_seconds(), time.perf_counter()
-        store.checkpoint()
+        automatic_checkpoint(store)
         checkpoint_cpu, checkpoint_wall = cpu_seconds() - started, time.perf_counter() - wall
         done.set()
         sampler.join()
         size = path.stat().st_size >> 20
+        later = []  # CPU seconds of each later block's checkpoint
+        for _ in range(1, args.blocks):
+            for spans, events, _ in work:
+                store.append_spans(spans, events)
+            for tables in writes:
+                store.write_traces(tables, [])
+            started = cpu_seconds()
+            automatic_checkpoint(store)
+            later.append(cpu_seconds() - started)
+        final_size = path.stat().st_size >> 20
         store.close()
 
     threads = args.threads or "DuckDB's default"
@@ -151,6 +173,18 @@ def main() -> None:
         f"checkpoint: {checkpoint_cpu:.2f} CPU s ({checkpoint_wall:.2f} s); RssAnon peak {peak[0]} MiB "
         f"(+{peak[0] - after_writes} over the writes); file {size} MiB"
     )
+    if later:
+        every = [checkpoint_cpu, *later]
+        print(
+            f"{args.blocks} blocks, a checkpoint after each: {sum(every):.2f} CPU s in all, the largest "
+            f"{max(every):.2f}; file {final_size} MiB; each: " + " ".join(f"{c:.2f}" for c in every)
+        )
+
+
+def automatic_checkpoint(store: DuckDBStore) -> None:
+    """A checkpoint as a commit past `checkpoint_threshold_mb` runs one: on the store's connection,
+    with its settings (`store.checkpoint()` is the explicit kind, which also merges row groups)."""
+    store._con.execute("CHECKPOINT")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ def _connection_config(config: StoreConfig | None, read_only: bool) -> dict[str,
             settings["memory_limit"] = config.memory_limit
         if config.threads:
             settings["threads"] = config.threads
+        # Automatic checkpoints (the ones commits trigger) write what was appended and merge no row
+        # groups; explicit ones (`checkpoint`, `close`) merge them as DuckDB does. See `_checkpoint_merging`.
+        settings["max_vacuum_tasks"] = 0
     return settings
 
 
@@ -160,6 +163,26 @@ _OTHER_TIMES = (
 _T = TypeVar("_T")
 # How long a checkpoint waits for open transactions to end before running beside them.
 _QUIET_WAIT_SECONDS = 1.0
+# DuckDB's default `max_vacuum_tasks`: the row-group merges one checkpoint may schedule.
+_VACUUM_TASKS = 100
+
+
+def _checkpoint_merging(con: duckdb.DuckDBPyConnection) -> None:
+    """CHECKPOINT with row-group merging on, for this checkpoint only.
+
+    After each checkpoint DuckDB appends to a new row group, and its checkpoints merge the partial
+    ones back ("vacuum"), rewriting rows already written; that work grows with the tables and
+    came to nearly three quarters of their CPU as the tables grew (docs/architecture.md, "Checkpoints").
+    So automatic checkpoints merge nothing (`max_vacuum_tasks = 0` on the connection), and the
+    explicit ones (retention rounds, shutdown) merge, which also compacts row groups with deleted
+    rows. A checkpoint a commit starts meanwhile may merge too: harmless."""
+    row = con.execute("SELECT current_setting('max_vacuum_tasks')").fetchone()
+    before = int(row[0]) if row else _VACUUM_TASKS
+    con.execute(f"SET GLOBAL max_vacuum_tasks = {max(before, _VACUUM_TASKS)}")
+    try:
+        con.execute("CHECKPOINT")
+    finally:
+        con.execute(f"SET GLOBAL max_vacuum_tasks = {before}")
 
 
 def quoted(names: Iterable[str], prefix: str = "") -> str:
@@ -767,12 +790,12 @@ class DuckDBStore(Store):
         # write locks no write of ours is in flight; reads and monitoring writes are let finish
         # (for at most a second, span appends waiting), and new ones wait for the checkpoint.
         with self._derived_lock, self._write_lock, self._transactions.alone(_QUIET_WAIT_SECONDS):
-            self._con.execute("CHECKPOINT")
+            _checkpoint_merging(self._con)
 
     def close(self) -> None:
         with self._write_lock:
             try:
                 if not self.read_only:
-                    self._con.execute("CHECKPOINT")
+                    _checkpoint_merging(self._con)
             finally:
                 self._con.close()
