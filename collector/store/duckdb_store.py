@@ -175,7 +175,8 @@ def _checkpoint_merging(con: duckdb.DuckDBPyConnection) -> None:
     came to nearly three quarters of their CPU as the tables grew (docs/architecture.md, "Checkpoints").
     So automatic checkpoints merge nothing (`max_vacuum_tasks = 0` on the connection), and the
     explicit ones (retention rounds, shutdown) merge, which also compacts row groups with deleted
-    rows. A checkpoint a commit starts meanwhile may merge too: harmless."""
+    rows (they run with no other transaction open: DuckDB merges in no other kind). A checkpoint a
+    commit starts meanwhile may merge too: harmless."""
     row = con.execute("SELECT current_setting('max_vacuum_tasks')").fetchone()
     before = int(row[0]) if row else _VACUUM_TASKS
     con.execute(f"SET GLOBAL max_vacuum_tasks = {max(before, _VACUUM_TASKS)}")
