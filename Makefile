@@ -3,25 +3,33 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+COMPILED_STAMP := $(VENV)/.compiled
 
-.PHONY: install dev demo test lint bench screenshots clean
+.PHONY: install dev compile demo test lint bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Reinstall when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# Reinstall when pyproject.toml or setup.py changes (the install compiles the mapping: setup.py).
+$(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $@ $(VENV)/.installed
+	touch $@ $(VENV)/.installed $(COMPILED_STAMP)
 
 install: $(VENV)/.installed  ## .venv/bin/ragpulse
 
 dev: $(STAMP)
+
+# The mapping's modules compiled in place with mypyc (setup.py), again after any of them changes.
+$(COMPILED_STAMP): $(wildcard semconv/*.py semconv/mappers/*.py) | $(STAMP)
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+compile: $(COMPILED_STAMP)
 
 # The guided first run: collector + example app in three modes (writes ./ragpulse-demo.duckdb).
 # `make demo ARGS=--serve` then keeps serving it: the dashboard at http://127.0.0.1:4318/.
@@ -33,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+test: lint $(COMPILED_STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
@@ -45,4 +53,5 @@ screenshots: $(STAMP)
 		tests/test_dashboard_slices_ui.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build
+	find semconv -name '*.so' -delete; rm -f ragpulse_semconv__mypyc*.so

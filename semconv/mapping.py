@@ -492,6 +492,15 @@ def _any_attr(nodes: list[_Node], key: str) -> Any:
     return None
 
 
+def _first_attr(nodes: list[_Node], keys: Iterable[str]) -> Any:
+    """The value of the first of `keys` that any node has (`_any_attr`), in the order of `keys`."""
+    for key in keys:
+        value = _any_attr(nodes, key)
+        if value is not None and value != []:
+            return value
+    return None
+
+
 def _question(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
     a = root.span.attributes
     root_is_step = root.kind in ("llm", "retrieval", "rerank")
@@ -503,7 +512,7 @@ def _question(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
             lambda: None if root_is_step and root.kind == "llm" else openinference.trace_question(a),
             lambda: (
                 langfuse.trace_question(a)
-                or _first(*(lambda n=n: langfuse.trace_question(n.span.attributes) for n in nodes))
+                or _first_of(nodes, lambda n: langfuse.trace_question(n.span.attributes))
             ),
             lambda: None if root_is_step else langfuse.root_question(a),
             lambda: openllmetry.trace_question(a),
@@ -524,7 +533,7 @@ def _answer(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
             lambda: None if root.kind in ("llm", "retrieval", "rerank") else openinference.trace_answer(a),
             lambda: (
                 langfuse.trace_answer(a)
-                or _first(*(lambda n=n: langfuse.trace_answer(n.span.attributes) for n in nodes))
+                or _first_of(nodes, lambda n: langfuse.trace_answer(n.span.attributes))
             ),
             lambda: None if root.kind in ("llm", "retrieval", "rerank") else langfuse.root_answer(a),
             lambda: None if root.kind == "llm" else openllmetry.trace_answer(a),
@@ -595,7 +604,7 @@ def _map_tree(nodes: list[_Node], roots: list[_Node]) -> RagTrace:
         case_id=text(_any_attr(nodes, names.RAG_CASE_ID)),
         expected_documents=string_list(_any_attr(nodes, names.RAG_EXPECTED_DOCUMENTS)),
         expected_answer=text(_any_attr(nodes, names.RAG_EXPECTED_ANSWER)),
-        session_id=text(_first(*(lambda k=k: _any_attr(nodes, k) for k in SESSION_KEYS))),
+        session_id=text(_first_attr(nodes, SESSION_KEYS)),
         retrieval_ms=_sum(s.duration_ms for s in steps if s.kind in ("retrieval", "rerank")),
         generation_ms=_sum(s.duration_ms for s in steps if s.kind == "llm"),
         input_tokens=_sum(s.input_tokens for s in steps if s.kind == "llm"),

@@ -9,12 +9,30 @@ from typing import Any
 
 import pytest
 
+import semconv
 from collector.config import Config
 from collector.service import BackgroundService, Service
 from evaluators.judge import JudgeClient
 from tests.helpers import ServeProcess, make_config, sql
 from tests.judging import evaluator_client
 from tests.openai_stub import OpenAIStub
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to test a stale build: the mapping's modules compiled (setup.py) before their sources
+    last changed would run the old code in place of the new."""
+    package = Path(semconv.__file__).parent
+    built = list(package.rglob("*.so"))
+    if not built:
+        return
+    newest_source = max(package.rglob("*.py"), key=lambda path: path.stat().st_mtime)
+    oldest_build = min(path.stat().st_mtime for path in built)
+    if newest_source.stat().st_mtime > oldest_build:
+        pytest.exit(
+            f"{newest_source} changed after the mapping was compiled: run `make compile` "
+            "(or delete semconv's .so files to test it interpreted)",
+            returncode=4,
+        )
 
 
 @pytest.fixture
