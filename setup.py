@@ -2,10 +2,9 @@
 
 The modules in `COMPILED` are the mapping worker's hot path; mypyc compiles them, as they are typed,
 to C extensions (the mapping then costs about a third less CPU: docs/architecture.md, "The compiled
-mapping").
-The `.py` files stay the source: without a C compiler, or with `RAGPULSE_PURE_PYTHON=1`, the build
-skips the extensions and ragpulse runs the same code interpreted. `make compile` rebuilds them in
-place after an edit (tests/conftest.py refuses to run against a stale build).
+mapping"). The `.py` files stay the source: without a C compiler, or with `RAGPULSE_PURE_PYTHON=1`,
+the build skips the extensions and ragpulse runs the same code interpreted. `make compile` rebuilds
+them in place after an edit (tests/conftest.py refuses to run against a stale build).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from semconv import names
 from semconv.construct import builder
@@ -25,6 +25,7 @@ from semconv.parallel_trees import merge_parallel_duplicates
 from semconv.values import integer, is_absent, lower, string_list, text
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Kinds whose nested spans of the same kind are one step (LlamaIndex `.predict` ⊃ `.chat` ⊃ client span).
 COLLAPSING_KINDS = frozenset({"llm", "retrieval", "rerank", "embedding"})
@@ -128,10 +129,10 @@ def _first(*candidates: Callable[[], Any]) -> Any:
     return None
 
 
-def _first_of(nodes: list[_Node], read: Callable[[_Node], Any]) -> Any:
-    """The first non-empty value `read` gives over `nodes`, in order."""
-    for node in nodes:
-        value = read(node)
+def _first_of(items: Iterable[T], read: Callable[[T], Any]) -> Any:
+    """The first non-empty value `read` gives over `items`, in order."""
+    for item in items:
+        value = read(item)
         if not is_absent(value) and value != []:
             return value
     return None
@@ -492,15 +493,6 @@ def _any_attr(nodes: list[_Node], key: str) -> Any:
     return None
 
 
-def _first_attr(nodes: list[_Node], keys: Iterable[str]) -> Any:
-    """The value of the first of `keys` that any node has (`_any_attr`), in the order of `keys`."""
-    for key in keys:
-        value = _any_attr(nodes, key)
-        if value is not None and value != []:
-            return value
-    return None
-
-
 def _question(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
     a = root.span.attributes
     root_is_step = root.kind in ("llm", "retrieval", "rerank")
@@ -604,7 +596,7 @@ def _map_tree(nodes: list[_Node], roots: list[_Node]) -> RagTrace:
         case_id=text(_any_attr(nodes, names.RAG_CASE_ID)),
         expected_documents=string_list(_any_attr(nodes, names.RAG_EXPECTED_DOCUMENTS)),
         expected_answer=text(_any_attr(nodes, names.RAG_EXPECTED_ANSWER)),
-        session_id=text(_first_attr(nodes, SESSION_KEYS)),
+        session_id=text(_first_of(SESSION_KEYS, lambda key: _any_attr(nodes, key))),
         retrieval_ms=_sum(s.duration_ms for s in steps if s.kind in ("retrieval", "rerank")),
         generation_ms=_sum(s.duration_ms for s in steps if s.kind == "llm"),
         input_tokens=_sum(s.input_tokens for s in steps if s.kind == "llm"),
