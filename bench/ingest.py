@@ -18,6 +18,7 @@ their RSS is sampled every 0.1 s, the sum of their PSS at each new peak of it (`
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import os
 import re
@@ -182,7 +183,8 @@ def metric_value(text: str, name: str) -> float:
 
 
 class PersistWatcher(threading.Thread):
-    """Polls count(*) in DuckDB; the rate is measured from the first stored span to the last."""
+    """Polls the service's `/metrics` (spans committed, traces assembled, traces in flight); the rate
+    is measured from the first stored span to the last, and the final count is checked in DuckDB."""
 
     def __init__(self, url: str, expected: int) -> None:
         super().__init__(daemon=True)
@@ -191,25 +193,32 @@ class PersistWatcher(threading.Thread):
         self.last: tuple[float, int] = (0.0, 0)
         self.max_in_flight = 0.0
         self.assembled: list[tuple[float, float]] = []  # (time, traces assembled so far) per poll
+        self.stored: list[tuple[float, int]] = []  # (time, spans stored so far) per poll
+        self.counted = 0  # spans counted in DuckDB once the metric reached `expected`
 
     def run(self) -> None:
         deadline = time.perf_counter() + 900
         while self.last[1] < self.expected and time.perf_counter() < deadline:
-            sample = (time.perf_counter(), count_rows(self.url))
+            # One scrape a poll (about 0.7 ms of the service's CPU): a `count(*)` through /api/sql
+            # as well cost twice that again, ten times a second, taken from the service measured.
+            now = time.perf_counter()
             page = _api.get(f"{self.url}/metrics").text
+            sample = (now, int(metric_value(page, "ragpulse_spans_stored_total")))
             self.max_in_flight = max(self.max_in_flight, metric_value(page, "ragpulse_traces_in_flight"))
-            self.assembled.append((sample[0], metric_value(page, "ragpulse_traces_assembled_total")))
+            self.assembled.append((now, metric_value(page, "ragpulse_traces_assembled_total")))
+            self.stored.append(sample)
             if sample[1] and self.first is None:
                 self.first = sample
             self.last = sample
-            time.sleep(0.1)  # a poll costs the service ~5 ms of CPU: keep it light
+            time.sleep(0.1)
+        self.counted = count_rows(self.url)
 
     def report(self) -> str:
         if self.first is None or self.last[0] <= self.first[0]:
             return f"persisted: {self.last[1]} spans (too few samples for a rate)"
         rate = (self.last[1] - self.first[1]) / (self.last[0] - self.first[0])
         return (
-            f"persisted: {self.last[1]} of {self.expected} spans counted in DuckDB; "
+            f"persisted: {self.counted} of {self.expected} spans counted in DuckDB; "
             f"{rate:.0f} spans/s from first to last stored span"
         )
 
@@ -234,6 +243,33 @@ def assembly_rate_while_arriving(watcher: PersistWatcher, decision_wait: float) 
     return f"{rate:.0f} traces/s = {rate * 4:.0f} spans/s over the {t1 - t0:.1f} s before the last span"
 
 
+def assembly_lag(watcher: PersistWatcher, decision_wait: float, spans_per_trace: int = 4) -> str:
+    """How far assembly trailed the stored spans while they arrived, in seconds beyond
+    `decision_wait`: for each poll, the time since the spans of as many traces as were assembled by
+    then had been stored (each load-generator trace's spans are stored together). A lag that stays
+    flat means assembly keeps up with the offered rate; one that grows means it does not."""
+    lags = []
+    stored = watcher.stored
+    counts = [n for _, n in stored]  # non-decreasing
+    for t, assembled in watcher.assembled:
+        if not assembled or t > watcher.last[0]:
+            continue
+        needed = assembled * spans_per_trace
+        reached = bisect.bisect_left(counts, needed)
+        if reached == len(counts):
+            continue
+        (t1, n1), (t0, n0) = stored[reached], stored[max(reached - 1, 0)]
+        at = t1 if n1 == n0 else t0 + (t1 - t0) * (needed - n0) / (n1 - n0)
+        lags.append(t - at - decision_wait)
+    if len(lags) < 10:
+        return "n/a (too few polls)"
+    tenths = " ".join(f"{lags[len(lags) * k // 10]:.1f}" for k in range(10))
+    return (
+        f"median {statistics.median(lags):.1f} s, max {max(lags):.1f} s, at the last stored span "
+        f"{lags[-1]:.1f} s (over {len(lags)} polls; at each tenth of them: {tenths})"
+    )
+
+
 def report_assembly(url: str, traces: int, watcher: PersistWatcher, decision_wait: float) -> None:
     """Traces assembled while spans streamed in, and how long until every trace was assembled,
     counted from the first stored span (request building and start-up excluded)."""
@@ -254,6 +290,7 @@ def report_assembly(url: str, traces: int, watcher: PersistWatcher, decision_wai
         f"drained in {finished - persisted_at:.1f} s"
     )
     print(f"assembly while spans arrived: {assembly_rate_while_arriving(watcher, decision_wait)}")
+    print(f"assembly lag beyond decision_wait while spans arrived: {assembly_lag(watcher, decision_wait)}")
     print(
         f"assembly: {at_persisted} traces assembled when the last span was stored; all {done} after "
         f"{finished - started:.1f} s ({done / (finished - started):.0f} traces/s overall, including the "

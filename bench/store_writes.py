@@ -19,6 +19,7 @@ is printed: how checkpoints grow with the tables.
     .venv/bin/python bench/store_writes.py --traces 10000 --blocks 24   # 24 checkpoints as the tables grow
     .venv/bin/python bench/store_writes.py --traces 10000 --blocks 24 --setting max_vacuum_tasks=100
                                                               # ... merging row groups, DuckDB's default
+    .venv/bin/python bench/store_writes.py --aggregate-history 560000   # after a month of aggregates
 
 It prints the CPU seconds of the span appends and of the trace writes apart.
 """
@@ -97,6 +98,14 @@ def main() -> None:
         default=1,
         help="write the rows this many times, a checkpoint after each (the growth with the tables)",
     )
+    parser.add_argument(
+        "--aggregate-history",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="score_aggregates rows of earlier minutes in the store before the writes (13 a minute "
+        "for one service: 560,000 is about a month)",
+    )
     args = parser.parse_args()
 
     work = rounds(args.traces)
@@ -111,6 +120,8 @@ def main() -> None:
         store = DuckDBStore(path, config)
         for setting in args.setting:  # an experiment's DuckDB setting: the store has no key for it
             store._con.execute(f"SET GLOBAL {setting}")
+        if args.aggregate_history:
+            seed_aggregate_history(store, args.aggregate_history)
         baseline = anon_mib()
         started = cpu_seconds()
         for spans, events, _ in work:
@@ -158,7 +169,9 @@ def main() -> None:
     threads = args.threads or "DuckDB's default"
     print(
         f"{len(work) * ROUND} traces written in rounds of {ROUND} ({per} a write), threads {threads}, "
-        f"memory_limit {args.memory_limit}" + "".join(f", {setting}" for setting in args.setting)
+        f"memory_limit {args.memory_limit}"
+        + "".join(f", {setting}" for setting in args.setting)
+        + (f", {args.aggregate_history} earlier aggregate rows" if args.aggregate_history else "")
     )
     print(
         f"writes: {write_cpu:.2f} CPU s (span appends {append_cpu:.2f}, trace writes "
@@ -179,6 +192,20 @@ def main() -> None:
             f"{args.blocks} blocks, a checkpoint after each: {sum(every):.2f} CPU s in all, the largest "
             f"{max(every):.2f}; file {final_size} MiB; each: " + " ".join(f"{c:.2f}" for c in every)
         )
+
+
+def seed_aggregate_history(store: DuckDBStore, rows: int) -> None:
+    """`rows` aggregate rows of the minutes before the writes (13 score names a minute), checkpointed
+    as a long-running store's would be: what each write's upsert of `score_aggregates` meets."""
+    store._con.execute(
+        f"""INSERT INTO score_aggregates BY NAME
+        SELECT TIMESTAMP '2026-01-01' + INTERVAL (i // 13) MINUTE AS bucket, 'rag-load' AS service_name,
+               'score-' || (i % 13) AS name, 10 AS n, 5 AS n_pass, 5 AS n_fail, 0 AS n_error,
+               0 AS n_skipped, 5.0 AS sum, 3.0 AS sum_sq, 0.0 AS min, 1.0 AS max,
+               now()::TIMESTAMP AS updated_at
+        FROM range({rows}) r(i)"""
+    )
+    store._con.execute("CHECKPOINT")
 
 
 def automatic_checkpoint(store: DuckDBStore) -> None:

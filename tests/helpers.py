@@ -518,11 +518,13 @@ def seed_scores(
     statuses: Sequence[str] | None = None,
     trace_ids: Sequence[str] | None = None,
     slices: Mapping[str, Sequence[str | None]] | None = None,
+    replace: Sequence[str] = (),
 ) -> None:
     """Write score rows through the store's own path (so `score_aggregates` follows), column-wise:
     one row per bucket, name and value. A status not given is `pass` for a value of at least 0.5,
     `fail` below, `error` without a value. `slices` gives each row's trace a value per dimension
-    (the store must have the dimension: `add_dimensions`): a trace row each, as assembly writes."""
+    (the store must have the dimension: `add_dimensions`): a trace row each, as assembly writes.
+    `replace`: traces re-assembled, whose earlier rows these replace."""
     n = len(buckets)
     if statuses is None:
         statuses = ["error" if v is None else "pass" if v >= 0.5 else "fail" for v in values]
@@ -549,7 +551,7 @@ def seed_scores(
         DOCUMENTS.arrow_schema().empty_table(),
         scores=SCORES.arrow_table(columns, n),
     )
-    store.write_traces(empty, [])
+    store.write_traces(empty, replace)
 
 
 # --------------------------------------------------------------------------- a judged example app

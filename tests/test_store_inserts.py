@@ -9,7 +9,7 @@ that: the rows are exactly the source's, and the plan is the direct one, on a re
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -100,10 +100,37 @@ def test_aggregates_add_each_write_to_the_rows_of_its_keys(store: DuckDBStore) -
         services="other-bot",
         trace_ids=["d" * 32],
     )
-    columns = (
-        "bucket, service_name, name, probe, n, n_pass, n_fail, n_error, n_skipped, sum, sum_sq, min, max"
-    )
-    kept = store.query(f"SELECT {columns} FROM score_aggregates ORDER BY ALL", 100, 10).rows
+    kept, computed = aggregates_kept_and_computed(store)
+    assert len(kept) == 4  # faithfulness and recall at 10:01, faithfulness at 10:02, other-bot
+    assert_same_aggregates(kept, computed)
+
+
+def test_late_scores_reach_their_own_minute_behind_a_long_history(store: DuckDBStore) -> None:
+    """An upsert reads `score_aggregates` only from the earliest minute it writes to (so a long
+    history costs it nothing): a late trace's score, many minutes behind the newest, still lands in
+    its own minute's row, and a re-assembled trace's old minute is recomputed, not duplicated."""
+    minutes = [datetime(2026, 12, 5, 9, 0) + timedelta(minutes=i) for i in range(40)]
+    for i, minute in enumerate(minutes):
+        seed_scores(store, [minute], ["faithfulness"], [0.8], trace_ids=[f"{i:032x}"])
+    newest = minutes[-1] + timedelta(minutes=1)
+    seed_scores(store, [minutes[0], newest], ["faithfulness"] * 2, [0.2, 0.6], trace_ids=["a" * 32, "b" * 32])
+    seed_scores(store, [minutes[3]], ["faithfulness"], [0.1], trace_ids=[f"{3:032x}"], replace=[f"{3:032x}"])
+    kept, computed = aggregates_kept_and_computed(store)
+    assert len(kept) == 41  # one row per minute, the late score's included
+    assert_same_aggregates(kept, computed)
+    first, fourth = kept[0], kept[3]
+    assert (first[4], first[5], first[6]) == (2, 1, 1)  # 0.8 and the late 0.2
+    assert (fourth[4], fourth[6]) == (1, 1)  # 0.8 replaced by 0.1
+
+
+AGGREGATE_COLUMNS = (
+    "bucket, service_name, name, probe, n, n_pass, n_fail, n_error, n_skipped, sum, sum_sq, min, max"
+)
+
+
+def aggregates_kept_and_computed(store: DuckDBStore) -> tuple[list[tuple], list[tuple]]:
+    """`score_aggregates` as kept, and as computed from every score row, in the same order."""
+    kept = store.query(f"SELECT {AGGREGATE_COLUMNS} FROM score_aggregates ORDER BY ALL", 100, 10).rows
     computed = store.query(
         "SELECT bucket, service_name, name, probe, count(*), count(*) FILTER (status = 'pass'), "
         "count(*) FILTER (status = 'fail'), count(*) FILTER (status = 'error'), "
@@ -112,7 +139,10 @@ def test_aggregates_add_each_write_to_the_rows_of_its_keys(store: DuckDBStore) -
         100,
         10,
     ).rows
-    assert len(kept) == 4  # faithfulness and recall at 10:01, faithfulness at 10:02, other-bot
+    return kept, computed
+
+
+def assert_same_aggregates(kept: list[tuple], computed: list[tuple]) -> None:
     assert [row[:9] for row in kept] == [row[:9] for row in computed]
     for row, expected in zip(kept, computed, strict=True):
         assert row[9:] == pytest.approx(expected[9:], nan_ok=True)
