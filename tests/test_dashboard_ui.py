@@ -153,6 +153,16 @@ class Page:
         self.page.wait_for_selector("main[data-ready]", timeout=15_000)
         return self.page
 
+    def shown(self, selector: str) -> Any:
+        """The first element matching `selector`, once drawn; if it never is, the test fails with what
+        the page showed instead and the problems it recorded (an API error, say), not a bare timeout."""
+        try:
+            self.page.wait_for_selector(selector, timeout=15_000)
+        except playwright_api.TimeoutError:
+            shown = self.page.inner_text("main")[:500]
+            pytest.fail(f"{selector} never drawn; the page showed {shown!r}; problems: {self.problems}")
+        return self.page.locator(selector).first
+
     def navigate(self, hash_route: str) -> Any:
         return self.after(lambda: self.page.evaluate("route => { location.hash = route; }", hash_route))
 
@@ -437,7 +447,7 @@ def test_span_text_is_shown_as_text_never_run(browser: Any, tmp_path: Path) -> N
             try:
                 page = tab.open(url)
                 assert page.evaluate("window.__pwned") is None
-                assert page.locator(".question").first.inner_text() == HOSTILE
+                assert tab.shown(".question").inner_text() == HOSTILE
                 assert HOSTILE in page.locator(".documents").first.inner_text()
                 assert HOSTILE in page.locator(".meta").first.inner_text()  # the service name
                 recall = page.locator("[data-score='retrieval.recall@5']").first
