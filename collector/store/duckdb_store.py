@@ -201,8 +201,8 @@ def buckets_from(keys: pa.Table, alias: str) -> str:
 
     The rows to update are in those buckets; as a constant, the bound lets DuckDB skip the row
     groups of older minutes by their min/max, so an upsert reads the recent part of
-    `score_aggregates` and `scores`, not all of their history (a month of aggregates made every
-    write a sixth slower: bench/README.md)."""
+    `score_aggregates` and `scores`, not all of their history (after a month of aggregates, the
+    trace writes cost a fifth to a quarter more without it: bench/README.md)."""
     earliest = pc.min(keys["bucket"]).as_py()
     if earliest is None:
         return "TRUE"
