@@ -524,6 +524,7 @@ class DuckDBStore(Store):
                 con.unregister("_affected")
         if not self.aggregates_in_place:
             return
+        recent = buckets_from(added, "a")
         with _registered(con, "_added", added):
             con.execute(
                 """
@@ -535,11 +536,11 @@ class DuckDBStore(Store):
                     min = least(a.min, g.min), max = greatest(a.max, g.max),
                     updated_at = now()::TIMESTAMP
                 FROM _added g WHERE """
-                + f"{buckets_from(added, 'a')} AND {match('a', 'g')}"
+                + f"{recent} AND {match('a', 'g')}"
             )
             con.execute(
                 f"INSERT INTO score_aggregates BY NAME SELECT g.*, {_NOW} AS updated_at FROM _added g "
-                f"ANTI JOIN (SELECT * FROM score_aggregates a WHERE {buckets_from(added, 'a')}) a "
+                f"ANTI JOIN (SELECT * FROM score_aggregates a WHERE {recent}) a "
                 f"ON {match('a', 'g')}"
             )
 
