@@ -13,6 +13,8 @@ their RSS is sampled every 0.1 s, the sum of their PSS at each new peak of it (`
     .venv/bin/python bench/ingest.py --traces 20000 --protocol http-json
     .venv/bin/python bench/ingest.py --no-assembly --redact   # the cost of redaction
     sudo .venv/bin/python bench/ingest.py --traces 250000 --memory-cap 1024   # inside a 1 GiB cgroup
+    .venv/bin/python bench/ingest.py --rate 10000 --traces 150000 --stored-traces 2000000
+                                                      # restarted over 2,000,000 stored traces
 """
 
 from __future__ import annotations
@@ -270,17 +272,20 @@ def assembly_lag(watcher: PersistWatcher, decision_wait: float, spans_per_trace:
     )
 
 
-def report_assembly(url: str, traces: int, watcher: PersistWatcher, decision_wait: float) -> None:
+def report_assembly(
+    url: str, traces: int, watcher: PersistWatcher, decision_wait: float, stored_before: int = 0
+) -> None:
     """Traces assembled while spans streamed in, and how long until every trace was assembled,
-    counted from the first stored span (request building and start-up excluded)."""
+    counted from the first stored span (request building and start-up excluded). `stored_before`:
+    the traces the store held before the run."""
     started = watcher.first[0] if watcher.first else time.perf_counter()
-    at_persisted = count_rows(url, "traces")
+    at_persisted = count_rows(url, "traces") - stored_before
     persisted_at = time.perf_counter()
     deadline = time.perf_counter() + 600
     done = at_persisted
     while done < traces and time.perf_counter() < deadline:
         time.sleep(0.1)
-        done = count_rows(url, "traces")
+        done = count_rows(url, "traces") - stored_before
     finished = time.perf_counter()
     busy = finished - started - decision_wait
     rate = f"{done * 4 / busy:.0f} spans/s" if busy > 1 else "n/a (decision_wait longer than the run)"
@@ -370,6 +375,23 @@ def timed_exports(
     return latencies, time.perf_counter() - started
 
 
+def seed_traces(db: Path, traces: int) -> None:
+    """A store holding `traces` trace rows assembled a day ago (their spans are not needed: the
+    service reads `traces` to learn whether a trace was assembled before), checkpointed."""
+    from collector.store.duckdb_store import DuckDBStore
+
+    store = DuckDBStore(db)
+    store._con.execute(
+        f"""INSERT INTO traces BY NAME
+        SELECT md5(i::VARCHAR) AS trace_id, 'seed' AS service_name,
+               now()::TIMESTAMP - INTERVAL 1 DAY AS start_time,
+               now()::TIMESTAMP - INTERVAL 1 DAY AS assembled_at,
+               'complete' AS assembly_reason, 1 AS assembly_count
+        FROM range({traces}) r(i)"""
+    )
+    store.close()
+
+
 def grpc_sender(port: int) -> Any:
     channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
     stub = trace_service_pb2_grpc.TraceServiceStub(channel)
@@ -438,10 +460,20 @@ def main() -> None:
         metavar="MIB",
         help="run the service and its workers in a memory cgroup limited to MIB (root; Linux)",
     )
+    parser.add_argument(
+        "--stored-traces",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start over a store that already holds N traces assembled a day before (a service "
+        "restarted over its history)",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="ragpulse-bench-"))
     db = workdir / "bench.duckdb"
+    if args.stored_traces:
+        seed_traces(db, args.stored_traces)
     env = {
         "RAGPULSE_ASSEMBLER__ENABLED": "false" if args.no_assembly else "true",
         "RAGPULSE_ASSEMBLER__DECISION_WAIT": str(args.decision_wait),
@@ -497,7 +529,7 @@ def main() -> None:
         watcher.join(900)
         print(watcher.report())
         if not args.no_assembly:
-            report_assembly(url, args.traces, watcher, args.decision_wait)
+            report_assembly(url, args.traces, watcher, args.decision_wait, args.stored_traces)
         memory.stopped.set()
         worker_cpu = sum(cpu_seconds(child) for child in children(proc.pid))
         server_cpu = cpu_seconds(proc.pid)

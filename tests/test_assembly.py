@@ -30,6 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.trace import TracerProvider
 
+import collector.processors.assembler as assembler_module
 from collector.otlp.batch import SpanBatch, decode_request, empty_batch
 from collector.processors.assembler import (
     ROUND_TRACES,
@@ -554,6 +555,39 @@ def test_late_span_of_a_trace_assembled_before_a_restart_waits_only_decision_wai
             1,
         )
         assert (summary["input_tokens"], summary["documents"]) == (107, 3)
+
+
+def test_a_trace_delivered_again_after_a_restart_ends_with_one_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A trace that comes again whole (root included) after a restart is not looked up in the store
+    # when it is assembled (that read all of `traces` for every job): it is written as new, and the
+    # search for traces assembled twice re-assembles it from every stored span, leaving one row.
+    monkeypatch.setattr(assembler_module, "RECONCILE_EVERY", 0.5)
+    tid = trace_id_of(1)
+    base = time.time_ns()
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
+        send(svc.http_url, tid, rag_spans(), base)
+        wait_traces(svc, 1)
+        first = sql(svc, f"SELECT name, count(*) AS n FROM scores WHERE trace_id = '{tid}' GROUP BY name")
+    assert first
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
+        send(svc.http_url, tid, rag_spans(), base)
+        rows = f"SELECT assembly_count, assembly_reason FROM traces WHERE trace_id = '{tid}'"
+        wait_for(
+            lambda: sql(svc, rows),
+            lambda found: [(r["assembly_count"], r["assembly_reason"]) for r in found] == [(2, "late_span")],
+            timeout=15,
+            what="one row, re-assembled from the store",
+        )
+        scores = sql(svc, f"SELECT name, count(*) AS n FROM scores WHERE trace_id = '{tid}' GROUP BY name")
+        assert sorted(scores, key=str) == sorted(first, key=str)  # one row per score, none twice
+        (counted,) = sql(
+            svc,
+            "SELECT (SELECT sum(n) FROM score_aggregates) AS aggregated, "
+            "(SELECT count(*) FROM scores) AS rows",
+        )
+        assert counted["aggregated"] == counted["rows"]
 
 
 # --------------------------------------------------------------------------- size and pressure

@@ -72,6 +72,10 @@ WRITE_JOBS = 2
 # Seconds between re-reads of the golden cases when several replicas share the store: `datasets load`
 # writes the lake directly, and only the replica it went through (if any) would hear of it.
 CASES_REFRESH = 30.0
+# Seconds between searches for traces assembled twice (see `_reconcile`), and how far back before
+# the previous search each one looks (jobs prepared before it may have been written after it).
+RECONCILE_EVERY = 60.0
+RECONCILE_OVERLAP = 120.0
 
 
 @dataclass(slots=True)
@@ -231,6 +235,9 @@ class TraceAssembler:
         self._assembled_cap = max(100_000, 2 * config.max_traces)
         # Traces assembled before this process, or evicted from memory, or by another replica.
         self._may_have_older = store.shared
+        # Wall-clock seconds: traces assembled since then are searched for a second row next.
+        self._reconcile_from = time.time() - RECONCILE_OVERLAP
+        self._reconciled_at = clock()
         self._cases = CaseIndex()
         self._cases_stale = True
         self._cases_loaded_at = 0.0
@@ -337,6 +344,8 @@ class TraceAssembler:
         for batch in batches:
             self._hold(batch if isinstance(batch, _Arrivals) else _arrivals(batch, keep=True), now)
         self._ready_queue.extend(self._ready(now))
+        if self._may_have_older and not self._store.shared and now - self._reconciled_at >= RECONCILE_EVERY:
+            self._reconcile(now)
         started = self._assemble_some()
         self._metrics.traces_in_flight.set(self.in_flight)
         return started
@@ -445,6 +454,32 @@ class TraceAssembler:
                 pending.root_seen = pending.from_store = True
                 self._assembled[trace_id] = earlier[trace_id]
 
+    def _reconcile(self, now: float) -> None:
+        """Re-assemble, from the store, the traces written twice since the last search.
+
+        A ready trace that arrived with its root and is not remembered here is taken as new without
+        asking the store (see `_prepare`): the store can only answer by reading every row of
+        `traces`, and asking for every job made each one dearer as the table grew. Such a trace
+        may still have been assembled before: delivered again (a client's retry, a replay) after
+        this process forgot it (a restart, or `_assembled_cap` traces since). It then has two rows
+        in `traces`, for at most `RECONCILE_EVERY` seconds: this search finds them (one read of
+        `traces` a minute, not one a job), and its re-assembly (`late_span`) reads every span of
+        the trace and replaces both rows with one, as for any late span."""
+        since = self._reconcile_from
+        self._reconcile_from = time.time() - RECONCILE_OVERLAP
+        self._reconciled_at = now
+        twice = self._store.traces_assembled_twice(since)
+        queued = {trace_id for trace_id, _, _ in self._ready_queue}
+        for trace_id in twice:
+            pending = self._pending.get(trace_id)
+            if pending is not None:
+                pending.from_store = True
+            elif trace_id not in queued:
+                again = _Pending(now, now, root_seen=True, from_store=True)
+                self._ready_queue.append((trace_id, "late_span", again))
+        if twice:
+            log.info("re-assembling %d trace(s) delivered again after their assembly", len(twice))
+
     def _release(self, pending: _Pending) -> None:
         for batch_id in pending.batches:
             held = self._held[batch_id]
@@ -503,8 +538,15 @@ class TraceAssembler:
         started = time.perf_counter()
         if self._may_have_older:
             # A trace not known here may have been assembled before (an earlier run, or evicted
-            # from memory): such traces are re-read in full from the store and replaced.
-            unknown = [t for t, _, p in ready if not p.from_store]
+            # from memory): such traces are re-read in full from the store and replaced. Only
+            # root-less ones are looked up now: they are late spans, unless their root never came.
+            # One that came with its root is new but for a repeated delivery, which `_reconcile`
+            # finds later (asking about every trace read all of `traces` for every job).
+            unknown = [
+                t
+                for t, _, p in ready
+                if not p.from_store and (self._store.shared or not (p.root_seen or p.checked))
+            ]
             earlier = self._store.assembly_counts(unknown) if unknown else {}
             for trace_id, _, pending in ready:
                 if trace_id in earlier:

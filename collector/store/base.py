@@ -95,6 +95,11 @@ class Store(ABC):
         """How often each of these traces was assembled already (absent: never)."""
 
     @abstractmethod
+    def traces_assembled_twice(self, since: float) -> list[str]:
+        """Traces with more than one row in `traces`, of those assembled at or after `since`
+        (seconds since the epoch)."""
+
+    @abstractmethod
     def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
         """Insert assembled traces, steps and documents, with their deterministic scores, write-back
         events and outbox rows, in one transaction, first deleting the earlier assemblies of the

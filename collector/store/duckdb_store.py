@@ -12,7 +12,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -449,6 +449,19 @@ class DuckDBStore(Store):
                 f"SEMI JOIN {_IDS} i ON t.trace_id = i.trace_id"
             ).fetchall()
         return {trace_id: count or 1 for trace_id, count in rows}
+
+    def traces_assembled_twice(self, since: float) -> list[str]:
+        # The recent rows are found by `assembled_at` (older row groups skipped by their min/max);
+        # the others are read whole, once for all of them.
+        start = datetime.fromtimestamp(since, UTC).replace(tzinfo=None)
+        with self._cursor() as con:
+            rows = con.execute(
+                "WITH recent AS (SELECT DISTINCT trace_id FROM traces WHERE assembled_at >= ?) "
+                "SELECT t.trace_id FROM traces t SEMI JOIN recent r ON t.trace_id = r.trace_id "
+                "GROUP BY t.trace_id HAVING count(*) > 1 ORDER BY t.trace_id",
+                [start],
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
         self._write(lambda con: self._write_traces(con, tables, replace))
