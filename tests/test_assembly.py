@@ -1064,3 +1064,49 @@ def test_the_two_oldest_jobs_are_written_together_while_the_workers_map_on(tmp_p
     finally:
         assembler.stop()
         store.close()
+
+
+class _RecordedQuestions(DuckDBStore):
+    """A store that records the trace ids of each `assembly_counts` (each a read of all `traces`)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.asked: list[list[str]] = []
+
+    def assembly_counts(self, trace_ids: Any) -> dict[str, int]:
+        trace_ids = list(trace_ids)
+        self.asked.append(sorted(trace_ids))
+        return super().assembly_counts(trace_ids)
+
+
+def test_the_store_is_asked_about_root_less_traces_once_per_decision_wait(tmp_path: Path) -> None:
+    """Over a store with history, root-less traces idle for decision_wait are looked up (they may be
+    late spans of a trace assembled before), at most once per decision_wait for all of them: each
+    question reads every row of `traces`, and traffic whose spans all have a remote parent would
+    otherwise ask every round."""
+    now = [0.0]
+    store = _RecordedQuestions(tmp_path / "asked.duckdb")
+    base = time.time_ns()
+    earlier = decode_request(otlp_request(trace_id_of(9), rag_spans(), base))
+    store.append_spans(earlier.spans, earlier.events)
+    assert TraceAssembler(store, AssemblerConfig(), Metrics()).assemble_stored() == 1  # a history
+    assembler = TraceAssembler(store, AssemblerConfig(decision_wait=1.0), Metrics(), clock=lambda: now[0])
+    try:
+        assembler.assemble_stored()  # as at start: the store has traces, so any may be a late one's
+        store.asked.clear()
+        first, second = trace_id_of(1), trace_id_of(2)
+        orphan = [S(2, 1, "child of a span sent elsewhere", 0, 10)]
+        assembler.run_round([decode_request(otlp_request(first, orphan, base))])
+        now[0] = 0.6
+        assembler.run_round([decode_request(otlp_request(second, orphan, base))])
+        now[0] = 1.5
+        assembler.run_round([])  # the first is idle: asked
+        now[0] = 1.7
+        assembler.run_round([])  # the second is idle too, but the store was asked 0.2 s ago
+        assert store.asked == [[first]]
+        now[0] = 2.6
+        assembler.run_round([])
+        assert store.asked == [[first], [second]]
+    finally:
+        assembler.stop()
+        store.close()

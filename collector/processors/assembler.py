@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import multiprocessing
 import os
 import sys
@@ -238,6 +239,7 @@ class TraceAssembler:
         # Wall-clock seconds: traces assembled since then are searched for a second row next.
         self._reconcile_from = time.time() - RECONCILE_OVERLAP
         self._reconciled_at = clock()
+        self._asked_at = -math.inf  # when the store was last asked about root-less traces
         self._cases = CaseIndex()
         self._cases_stale = True
         self._cases_loaded_at = 0.0
@@ -438,7 +440,11 @@ class TraceAssembler:
     def _find_assembled_before(self, now: float) -> None:
         """Root-less traces idle for decision_wait may be late spans of a trace assembled before
         this process started (or forgotten since): ask the store once, so they need not wait for
-        max_wait."""
+        max_wait. The store reads all of `traces` to answer, so it is asked at most once per
+        decision_wait, for every such trace at once (traffic whose spans all have a parent outside
+        it would otherwise ask every round): one waits at most twice decision_wait to be asked."""
+        if now - self._asked_at < self._config.decision_wait:
+            return
         idle = [
             t
             for t, p in self._pending.items()
@@ -446,6 +452,7 @@ class TraceAssembler:
         ]
         if not idle:
             return
+        self._asked_at = now
         earlier = self._store.assembly_counts(idle)
         for trace_id in idle:
             pending = self._pending[trace_id]
