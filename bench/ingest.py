@@ -15,6 +15,8 @@ their RSS is sampled every 0.1 s, the sum of their PSS at each new peak of it (`
     sudo .venv/bin/python bench/ingest.py --traces 250000 --memory-cap 1024   # inside a 1 GiB cgroup
     .venv/bin/python bench/ingest.py --rate 10000 --traces 150000 --stored-traces 2000000
                                                       # restarted over 2,000,000 stored traces
+    .venv/bin/python bench/ingest.py --rate 10000 --traces 150000 --behind-gateway
+                                                      # an app whose entry spans have a remote parent
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 import grpc
 import httpx
 from google.protobuf import json_format
-from load_generator import build
+from load_generator import behind_gateway, build
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -461,6 +463,11 @@ def main() -> None:
         help="run the service and its workers in a memory cgroup limited to MIB (root; Linux)",
     )
     parser.add_argument(
+        "--behind-gateway",
+        action="store_true",
+        help="with --rate: each root span has a parent in another process that reports elsewhere",
+    )
+    parser.add_argument(
         "--stored-traces",
         type=int,
         default=0,
@@ -469,6 +476,8 @@ def main() -> None:
         "restarted over its history)",
     )
     args = parser.parse_args()
+    if args.behind_gateway and not args.rate:
+        parser.error("--behind-gateway needs --rate")
 
     workdir = Path(tempfile.mkdtemp(prefix="ragpulse-bench-"))
     db = workdir / "bench.duckdb"
@@ -498,6 +507,8 @@ def main() -> None:
         memory.start()
         if args.rate:
             requests = [build(args.batch, i) for i in range(batches)]
+            if args.behind_gateway:
+                requests = [behind_gateway(r) for r in requests]
             _, wall = timed_exports(
                 requests, args.concurrency, grpc_sender(grpc_port), args.batch * 4 / args.rate
             )

@@ -48,6 +48,7 @@ MODEL = "gpt-4.1-mini"
 DOCUMENTS_PER_RETRIEVAL = 4
 SPANS_PER_TRACE = 4
 INTERNAL = Span.SpanKind.SPAN_KIND_INTERNAL
+REMOTE_PARENT = 0x300  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK | SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
 MAX_ATTEMPTS = 50
 
@@ -136,6 +137,20 @@ def build(n_traces: int, seed: int, pii: bool = False) -> trace_service_pb2.Expo
                     kv("llm.token_count.completion", 14),
                 ]
             )
+    return request
+
+
+def behind_gateway(
+    request: trace_service_pb2.ExportTraceServiceRequest,
+) -> trace_service_pb2.ExportTraceServiceRequest:
+    """The same traces from an app behind a traced gateway that reports elsewhere: each root span
+    gets a parent in another process (span flags: the parent is remote), which never arrives."""
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if not span.parent_span_id:
+                    span.parent_span_id = span.trace_id[8:]
+                    span.flags = REMOTE_PARENT
     return request
 
 

@@ -44,11 +44,13 @@ _FIELD_OF: dict[str, tuple[str, int]] = {
 }
 
 
-def _fields(item: Mapping[str, Any]) -> dict[str, Any]:
-    """The best value of each document field present in `item` (one pass over its keys)."""
+def _fields(item: Mapping[Any, Any]) -> dict[str, Any]:
+    """The best value of each document field present in `item` (one pass over its keys). The keys
+    may be of any type: a Python-repr text (`{0: None}`) parses to non-text keys, which name no
+    field (and the compiled module checks declared types, so they are not declared `str`)."""
     best: dict[str, tuple[int, Any]] = {}
     for key, value in item.items():
-        slot = _FIELD_OF.get(key)
+        slot = _FIELD_OF.get(key) if isinstance(key, str) else None
         if slot is None or is_absent(value):
             continue
         name, rank = slot
@@ -58,7 +60,7 @@ def _fields(item: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, (_, value) in best.items()}
 
 
-def _flatten_node(item: Mapping[str, Any]) -> Mapping[str, Any]:
+def _flatten_node(item: Mapping[Any, Any]) -> Mapping[Any, Any]:
     """LlamaIndex NodeWithScore (`{"node": {"id_", "text", "metadata"}, "score"}`) as a flat item."""
     node = as_mapping(item.get("node"))
     if node is None:

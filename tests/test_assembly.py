@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -29,6 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import collector.processors.assembler as assembler_module
 from collector.otlp.batch import SpanBatch, decode_request, empty_batch
@@ -51,6 +53,7 @@ from semconv import emit
 from tests.helpers import (
     Served,
     ServeProcess,
+    emit_rag_request,
     fast_assembler,
     file_rows,
     key_values,
@@ -87,6 +90,7 @@ class S:
     end_ms: float
     attrs: dict[str, Any] = field(default_factory=dict)
     error: bool = False
+    remote_parent: bool = False  # the parent is in another process (OTLP span flags say so)
 
 
 def trace_id_of(n: int, tag: int = 0xA55E) -> str:
@@ -118,6 +122,8 @@ def otlp_request(
             span.parent_span_id = bytes.fromhex(span_hex(s.parent))
         if s.error:
             span.status.code = Status.STATUS_CODE_ERROR
+        if s.remote_parent:
+            span.flags = 0x300  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK | SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
         built.append(span)
     return trace_request(built, service_name, "assembly-test")
 
@@ -432,6 +438,139 @@ def test_trace_without_root_is_assembled_at_max_wait_from_its_earliest_orphan(tm
         assert gap["us"] >= max_wait * 1_000_000
         assert assembled(svc.http_url, "max_wait") == 1
         assert assembled(svc.http_url, "complete") == 0
+
+
+def test_a_trace_entered_from_another_process_completes_after_decision_wait(tmp_path: Path) -> None:
+    # The app behind a traced gateway that reports elsewhere: its request span's parent is remote
+    # (the real SDK, given a W3C traceparent, says so in the span flags). That entry span stands in
+    # for the root, which never comes here: the trace is complete decision_wait after its last
+    # span, not at max_wait.
+    max_wait = 30.0
+    config = make_config(tmp_path, assembler=fast_assembler(max_wait=max_wait))
+    with BackgroundService(config) as svc:
+        provider = sdk_tracer_provider(svc, "rag-app")
+        gateway_trace, gateway_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+        carrier = {"traceparent": f"00-{gateway_trace}-{gateway_span}-01"}
+        token = otel_context.attach(TraceContextTextMapPropagator().extract(carrier))
+        try:
+            emit_rag_request(provider.get_tracer("app"), QUESTION, DOCS[0]["content"], ANSWER)
+        finally:
+            otel_context.detach(token)
+        provider.shutdown()
+        started = time.monotonic()
+        (row,) = wait_traces(svc, 1, timeout=max_wait / 2)
+        assert time.monotonic() - started < max_wait / 2
+        assert (row["trace_id"], row["assembly_reason"], row["span_count"]) == (gateway_trace, "complete", 3)
+        (entry,) = sql(svc, "SELECT span_id, parent_span_id FROM spans WHERE name = 'rag.request'")
+        assert (row["root_span_id"], entry["parent_span_id"]) == (entry["span_id"], gateway_span)
+        assert (row["question"], row["answer"]) == (QUESTION, ANSWER)
+
+
+GATEWAY_ROOT = S(0x10, None, "GET /ask", 0, 60)
+
+
+def _app_behind_gateway() -> list[S]:
+    """rag_spans() as an app behind a gateway: its request span's parent (0x10) is remote."""
+    request, *steps = rag_spans()
+    return [S(1, 0x10, request.name, 2, 55, request.attrs, remote_parent=True), *steps]
+
+
+def test_once_a_services_callers_report_here_late_its_traces_wait_for_their_root(tmp_path: Path) -> None:
+    # Gateway and app both report here, the gateway slowly: its root comes after the app's entry
+    # span stood in for it and the trace was assembled, which re-assembles the trace. From then on
+    # the app's traces wait for their root, so that they are not all assembled (and judged) twice;
+    # until one reaches max_wait without it (the gateway stopped reporting here).
+    wait, max_wait = 0.3, 2.0
+    config = make_config(tmp_path, assembler=fast_assembler(decision_wait=wait, max_wait=max_wait))
+    with BackgroundService(config) as svc:
+
+        def send_app(tid: str) -> None:
+            post(svc.http_url, otlp_request(tid, _app_behind_gateway(), base, service_name="rag-app"))
+
+        def send_root(tid: str) -> None:
+            post(svc.http_url, otlp_request(tid, [GATEWAY_ROOT], base, service_name="gateway"))
+
+        def row_of(tid: str) -> tuple[str, int, str, int]:
+            (row,) = wait_traces(svc, 1, f"trace_id = '{tid}'", timeout=max_wait + 10)
+            return row["assembly_reason"], row["assembly_count"], row["root_span_id"], row["span_count"]
+
+        first, second, third, fourth = (trace_id_of(n) for n in range(1, 5))
+        base = time.time_ns()
+        send_app(first)
+        assert row_of(first) == ("complete", 1, span_hex(1), 3)  # the entry span stood in
+        send_root(first)
+        wait_for(
+            lambda: traces_rows(svc, f"trace_id = '{first}'"),
+            lambda rows: [(r["assembly_count"], r["root_span_id"]) for r in rows] == [(2, span_hex(0x10))],
+            what="the first trace re-assembled with the gateway's root",
+        )
+
+        send_app(second)
+        time.sleep(4 * wait)  # far past decision_wait (and short of max_wait): it waits for its root
+        assert traces_rows(svc, f"trace_id = '{second}'") == []
+        send_root(second)
+        assert row_of(second) == ("complete", 1, span_hex(0x10), 4)
+
+        send_app(third)  # its root never comes
+        assert row_of(third) == ("max_wait", 1, span_hex(1), 3)
+        started = time.monotonic()
+        send_app(fourth)  # the entry span stands in again
+        assert row_of(fourth) == ("complete", 1, span_hex(1), 3)
+        assert time.monotonic() - started < max_wait
+        assert assembled(svc.http_url, "late_span") == 1
+
+
+def test_a_root_arriving_in_time_leaves_entry_spans_standing_in(tmp_path: Path) -> None:
+    # A root that comes before the trace is assembled (ragpulse's own probe span, a quick gateway)
+    # re-assembles nothing, so the app's traces without one are still complete after decision_wait.
+    max_wait = 30.0
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(max_wait=max_wait))) as svc:
+        first, second = trace_id_of(1), trace_id_of(2)
+        base = time.time_ns()
+        post(svc.http_url, otlp_request(first, [GATEWAY_ROOT], base, service_name="probe"))
+        post(svc.http_url, otlp_request(first, _app_behind_gateway(), base, service_name="rag-app"))
+        (row,) = wait_traces(svc, 1, f"trace_id = '{first}'")
+        assert (row["assembly_count"], row["root_span_id"], row["span_count"]) == (1, span_hex(0x10), 4)
+        post(svc.http_url, otlp_request(second, _app_behind_gateway(), base, service_name="rag-app"))
+        (row,) = wait_traces(svc, 1, f"trace_id = '{second}'", timeout=max_wait / 2)
+        assert (row["assembly_reason"], row["root_span_id"]) == ("complete", span_hex(1))
+
+
+def test_a_service_called_within_the_trace_stops_standing_in_for_its_caller(tmp_path: Path) -> None:
+    # The app (behind a gateway reporting elsewhere) calls a retriever service; both report here,
+    # the retriever first. Its entry span stood in for the first trace's root, so the app's spans
+    # came late and re-assembled it. From then on the retriever's entry waits: the next trace is
+    # complete after the app's entry span, assembled once.
+    wait = 0.3
+    call = S(0x30, 1, "POST /search", 3, 20)
+    retriever = [S(0x20, 0x30, "search", 4, 19, rag_spans()[1].attrs, remote_parent=True)]
+    app = [*_app_behind_gateway()[::2], call]  # the request span, the chat step, the call
+
+    with BackgroundService(make_config(tmp_path, assembler=fast_assembler(decision_wait=wait))) as svc:
+
+        def send_as(service: str, tid: str, spans: list[S]) -> None:
+            post(svc.http_url, otlp_request(tid, spans, base, service_name=service))
+
+        def rows_of(tid: str) -> list[tuple[int, str, int]]:
+            rows = traces_rows(svc, f"trace_id = '{tid}'")
+            return [(r["assembly_count"], r["root_span_id"], r["span_count"]) for r in rows]
+
+        first, second = trace_id_of(1), trace_id_of(2)
+        base = time.time_ns()
+        send_as("retriever", first, retriever)
+        wait_for(lambda: rows_of(first), lambda rows: rows == [(1, span_hex(0x20), 1)], what="stood in")
+        send_as("rag-app", first, app)
+        wait_for(lambda: rows_of(first), lambda rows: rows == [(2, span_hex(1), 4)], what="re-assembled")
+
+        send_as("retriever", second, retriever)
+        time.sleep(4 * wait)
+        assert rows_of(second) == []
+        send_as("rag-app", second, app)
+        (row,) = wait_traces(svc, 1, f"trace_id = '{second}'")
+        assert (row["assembly_reason"], row["assembly_count"]) == ("complete", 1)
+        assert row["root_span_id"] == span_hex(1)
+        assert row["question"] == QUESTION and row["answer"] == ANSWER
+        assert assembled(svc.http_url, "late_span") == 1
 
 
 # --------------------------------------------------------------------------- late spans

@@ -23,7 +23,14 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from collector.otlp.batch import MAX_ATTRIBUTE_DEPTH, SPAN_KINDS, STATUS_CODES, SpanBatch, decode_request
+from collector.otlp.batch import (
+    MAX_ATTRIBUTE_DEPTH,
+    SPAN_KINDS,
+    STATUS_CODES,
+    SpanBatch,
+    concat_batches,
+    decode_request,
+)
 from collector.otlp.json_request import UndecodableBody, parse_json_request
 from collector.store.duckdb_store import DuckDBStore
 
@@ -550,6 +557,48 @@ def test_otlp_json_valid_span_with_hex_and_base64_ids():
     ]
     assert rows[0]["kind"] == "SERVER"
     assert rows[1]["duration_ms"] == 500.0
+
+
+def test_entry_spans_are_those_whose_parent_is_remote():
+    # OTLP span flags: 0x100 "the sender says whether the parent is remote", 0x200 "it is". A
+    # sender that does not say (flags 0) is taken at its span kind: SERVER and CONSUMER spans have
+    # their parent in another process by definition.
+    has, remote = 0x100, 0x200
+    cases = [  # (name, parent?, flags, kind, entry?)
+        ("remote parent", True, has | remote | 0x01, 1, True),
+        ("local parent", True, has, 2, False),  # a SERVER span, but the sender says local
+        ("unsaid, server", True, 0, 2, True),
+        ("unsaid, consumer", True, 0, 5, True),
+        ("unsaid, internal", True, 0, 1, False),
+        ("unsaid, client", True, 0, 3, False),
+        ("root", False, has | remote, 2, False),  # no parent: a root, not an entry
+    ]
+    spans = [
+        {
+            "traceId": f"{n + 1:032x}",
+            "spanId": f"{n + 1:016x}",
+            "name": name,
+            "kind": kind,
+            "flags": flags,
+            **({"parentSpanId": "aa" * 8} if parent else {}),
+        }
+        for n, (name, parent, flags, kind, _) in enumerate(cases)
+    ]
+    document = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+    want = [name for name, *_, entry in cases if entry]
+
+    from_json = decode_request(parse_json_request(dumps(document)).request)
+    names = from_json.spans["name"].to_pylist()
+    assert [names[row] for row in from_json.entry_rows] == want
+
+    protobuf = ExportTraceServiceRequest.FromString(
+        parse_json_request(dumps(document)).request.SerializeToString()
+    )
+    first, second = decode_request(protobuf), decode_request(protobuf)
+    together = concat_batches([first, second])  # a group commit: rows of the second come after
+    names = together.spans["name"].to_pylist()
+    assert [names[row] for row in together.entry_rows] == want + want
+    assert together.entry_rows[len(want)] >= first.accepted
 
 
 structural_garbage = json_documents | st.just(5) | st.just("spans")

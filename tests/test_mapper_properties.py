@@ -588,6 +588,7 @@ def _one(attributes: dict[str, Any], **fields: Any) -> list[SpanRecord]:
 @example(_one({"retrieval.documents.\u00b2.document.id": "a"}))
 @example(_one({"langfuse.observation.usage_details": '{"input": 1' + "0" * 400 + "}"}))
 @example(_one({"gen_ai.retrieval.documents": "[{'id': 'a', 'metadata': {1: 'x'}}]"}))
+@example(_one({"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": "[{0: None}]"}))
 def test_map_trace_never_fails(trace_spans: list[SpanRecord]) -> None:
     trace = _map(trace_spans)
     assert trace.mapping_error is None

@@ -28,6 +28,11 @@ MAX_REPORTED_ERRORS = 5
 _INT64_MAX = (1 << 63) - 1
 _ZERO_TRACE_ID = bytes(16)
 _ZERO_SPAN_ID = bytes(8)
+# OTLP span flags (bits 8 and 9): whether the span says if its parent is remote, and if it is.
+_HAS_IS_REMOTE = 0x100
+_IS_REMOTE = 0x200
+# Kinds whose parent is remote by definition, for senders that do not set the flags (older SDKs).
+_REMOTE_PARENT_KINDS = (2, 5)  # SERVER, CONSUMER
 
 SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS_CODES = ("UNSET", "OK", "ERROR")
@@ -49,6 +54,9 @@ class SpanBatch:
     events: pa.Table
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
+    # Rows of `spans` whose parent is in another process: each is its service's entry into the
+    # trace (e.g. behind a traced gateway), which assembly may take for the trace's root.
+    entry_rows: list[int] = field(default_factory=list)
 
     @property
     def accepted(self) -> int:
@@ -169,6 +177,7 @@ def decode_request(
     redacted before it reaches the tables (the spans' and events' values in one pass)."""
     spans: dict[str, list[Any]] = {name: [] for name in SPANS_SCHEMA.names}
     events: dict[str, list[Any]] = {name: [] for name in EVENTS_SCHEMA.names}
+    entry_rows: list[int] = []
     rejected = 0
     errors: list[str] = []
     received_at = time.time_ns()
@@ -209,11 +218,15 @@ def decode_request(
                     if len(errors) < MAX_REPORTED_ERRORS:
                         errors.append(f"span {span.span_id.hex() or '?'}: {exc}")
                     continue
+                kind = span.kind
+                if parent_id is not None:
+                    flags = span.flags
+                    if (flags & _IS_REMOTE) if (flags & _HAS_IS_REMOTE) else (kind in _REMOTE_PARENT_KINDS):
+                        entry_rows.append(len(spans["trace_id"]))
                 spans["trace_id"].append(trace_id)
                 spans["span_id"].append(span_id)
                 spans["parent_span_id"].append(parent_id)
                 spans["name"].append(span.name)
-                kind = span.kind
                 spans["kind"].append(SPAN_KINDS[kind] if 0 <= kind < len(SPAN_KINDS) else "UNSPECIFIED")
                 spans["service_name"].append(service_name)
                 spans["start_time"].append(start)
@@ -250,6 +263,7 @@ def decode_request(
         events=pa.table(events, schema=EVENTS_SCHEMA),
         rejected=rejected,
         errors=errors,
+        entry_rows=entry_rows,
     )
 
 
@@ -257,10 +271,16 @@ def concat_batches(batches: list[SpanBatch]) -> SpanBatch:
     """Many exports as one batch, for a group commit (Arrow concatenation copies nothing)."""
     if len(batches) == 1:
         return batches[0]
+    entry_rows: list[int] = []
+    offset = 0
+    for b in batches:
+        entry_rows += [offset + row for row in b.entry_rows]
+        offset += b.spans.num_rows
     return SpanBatch(
         spans=pa.concat_tables([b.spans for b in batches]),
         events=pa.concat_tables([b.events for b in batches]),
         rejected=sum(b.rejected for b in batches),
+        entry_rows=entry_rows,
     )
 
 

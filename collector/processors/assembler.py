@@ -5,6 +5,16 @@ A trace is complete when its root span has arrived (OTel exports spans when they
 arrived for `decision_wait` seconds, or `max_wait` seconds after its first span. At most
 `max_traces` are in flight; past that the oldest are assembled early (reason `pressure`).
 
+A span whose parent is in another process (OTLP's span flags say so; SERVER and CONSUMER spans of
+senders that do not set them) is its service's entry into the trace, and stands in for the root:
+an app behind a traced gateway that reports elsewhere would otherwise wait `max_wait` for a root
+that never comes. When spans of another service come after an entry span stood in and its trace
+was assembled (a caller reporting here too, slowly, or a service the entry's service was called by
+in the same trace), the entry's service was not the first: its entry spans stop standing in, so its
+traces are not all assembled (and judged) twice. A trace that then reaches `max_wait` with only such
+entry spans and no root makes them stand in again (the callers stopped reporting here). A root that
+comes in time (ragpulse's own probe span, a quick gateway) changes nothing.
+
 Spans wait in memory as the Arrow tables the writer committed (columnar text, no per-span Python
 objects) and are read into records only when their trace is assembled. Events sent apart from their
 spans (GenAI events on /v1/logs) count as arrivals of their trace like spans do, but never as its
@@ -77,6 +87,10 @@ CASES_REFRESH = 30.0
 # the previous search each one looks (jobs prepared before it may have been written after it).
 RECONCILE_EVERY = 60.0
 RECONCILE_OVERLAP = 120.0
+# Traces an entry span completed, remembered (trace id -> its service) so that spans of another
+# service arriving later show that it was not the first; and at most this many such services.
+ENTERED_CAP = 10_000
+WAITING_SERVICES_CAP = 10_000
 
 
 @dataclass(slots=True)
@@ -84,6 +98,7 @@ class _Pending:
     first_seen: float
     last_seen: float
     root_seen: bool = False
+    entry: str | None = None  # the service of an entry span that may stand in for the root
     batches: list[int] = field(default_factory=list)
     from_store: bool = False  # late span or recovery: read every span of the trace from the store
     spilled: bool = False  # some of its spans were not held in memory: read them from the store
@@ -98,11 +113,14 @@ class _Pending:
 @dataclass(slots=True)
 class _Arrivals:
     """What a committed batch tells assembly: the trace of each span (and of each log event, which
-    comes apart from its span and never counts as a root), which spans are roots, and the batch
-    itself unless its rows are left in the store."""
+    comes apart from its span and never counts as a root), which spans are roots, the service of
+    each span, the traces with an entry span (and its service), and the batch itself unless its
+    rows are left in the store."""
 
     trace_ids: list[str]
     roots: list[bool]
+    services: pa.ChunkedArray
+    entries: dict[str, str]
     spans: int
     batch: SpanBatch | None
     file: SpilledBatch | None = None  # the batch's rows, on disk
@@ -111,11 +129,15 @@ class _Arrivals:
 def _arrivals(batch: SpanBatch, keep: bool, file: SpilledBatch | None = None) -> _Arrivals:
     trace_ids = batch.spans["trace_id"].to_pylist()
     roots = pc.is_null(batch.spans["parent_span_id"]).to_pylist()
+    services = batch.spans["service_name"]
+    entries: dict[str, str] = {}
+    for row in batch.entry_rows:
+        entries.setdefault(trace_ids[row], services[row].as_py())
     if batch.events.num_rows:
         event_traces = pc.unique(batch.events["trace_id"]).to_pylist()
         trace_ids += event_traces
         roots += [False] * len(event_traces)
-    return _Arrivals(trace_ids, roots, batch.spans.num_rows, batch if keep else None, file)
+    return _Arrivals(trace_ids, roots, services, entries, batch.spans.num_rows, batch if keep else None, file)
 
 
 @dataclass
@@ -240,6 +262,9 @@ class TraceAssembler:
         self._reconcile_from = time.time() - RECONCILE_OVERLAP
         self._reconciled_at = clock()
         self._asked_at = -math.inf  # when the store was last asked about root-less traces
+        # Services whose entry spans do not stand in for the root: other services report first.
+        self._entry_waits: set[str] = set()
+        self._entered: OrderedDict[str, str] = OrderedDict()  # completed by an entry span: its service
         self._cases = CaseIndex()
         self._cases_stale = True
         self._cases_loaded_at = 0.0
@@ -393,6 +418,12 @@ class TraceAssembler:
             pending.last_seen = now
             pending.root_seen = pending.root_seen or bool(is_root)
             touched.add(trace_id)
+        for trace_id, service in arrivals.entries.items():
+            pending = self._pending[trace_id]
+            if pending.entry is None or pending.entry in self._entry_waits:
+                pending.entry = service
+        if self._entered:
+            self._learn_from_late_spans(arrivals)
         over = spans is not None and self._held_spans + spans.num_rows > self._config.max_held_spans
         file = arrivals.file
         if file is None and batch is not None and over and self._spill is not None:
@@ -411,6 +442,30 @@ class TraceAssembler:
         self._held[batch_id] = _HeldBatch(spans, batch.events, len(touched))
         self._held_spans += spans.num_rows
 
+    def _learn_from_late_spans(self, arrivals: _Arrivals) -> None:
+        """Spans of another service arriving for a trace whose entry span stood in for its root,
+        after its assembly: that entry's service was not the first to report the trace, and its
+        entry spans stop standing in (its traces wait for their root, or for the other service's
+        entry span). Log events do not count: they often come apart from their spans, later."""
+        for row, trace_id in enumerate(itertools.islice(arrivals.trace_ids, arrivals.spans)):
+            service = self._entered.get(trace_id)
+            if service is None or arrivals.services[row].as_py() == service:
+                continue
+            del self._entered[trace_id]
+            if service not in self._entry_waits and len(self._entry_waits) < WAITING_SERVICES_CAP:
+                self._entry_waits.add(service)
+                log.info(
+                    "spans of trace %s came after %r's entry span stood in for its root: "
+                    "its traces wait for their root from now on",
+                    trace_id,
+                    service,
+                )
+
+    def _has_root(self, pending: _Pending) -> bool:
+        """Its root span came, or an entry span stands in for a root that is reported elsewhere."""
+        entry = pending.entry
+        return pending.root_seen or (entry is not None and entry not in self._entry_waits)
+
     def _spill_batch(self, batch: SpanBatch) -> SpilledBatch:
         assert self._spill is not None
         self._metrics.assembly_spill_file_spans.inc(batch.spans.num_rows)
@@ -421,10 +476,21 @@ class TraceAssembler:
         if self._may_have_older:
             self._find_assembled_before(now)
         ready = []
+        waits = self._entry_waits
         for trace_id, p in self._pending.items():
-            if p.root_seen and now - p.last_seen >= cfg.decision_wait:
+            if now - p.last_seen >= cfg.decision_wait and (
+                p.root_seen or (p.entry is not None and p.entry not in waits)
+            ):
+                if not p.root_seen and p.entry is not None:  # its entry span stands in for the root
+                    self._entered[trace_id] = p.entry
+                    if len(self._entered) > ENTERED_CAP:
+                        self._entered.popitem(last=False)
+                    p.root_seen = True  # taken as new, like a trace with its root (see `_prepare`)
                 ready.append((trace_id, "late_span" if p.from_store else "complete", p))
             elif now - p.first_seen >= cfg.max_wait:
+                if p.entry is not None and not p.root_seen and p.entry in self._entry_waits:
+                    self._entry_waits.discard(p.entry)  # no one reported the trace before it
+                    log.info("a trace entering %r came without its root: its entry spans stand in", p.entry)
                 ready.append((trace_id, "late_span" if p.from_store else "max_wait", p))
         excess = len(self._pending) - len(ready) - cfg.max_traces
         if excess > 0:
@@ -448,7 +514,7 @@ class TraceAssembler:
         idle = [
             t
             for t, p in self._pending.items()
-            if not p.root_seen and not p.checked and now - p.last_seen >= self._config.decision_wait
+            if now - p.last_seen >= self._config.decision_wait and not p.checked and not self._has_root(p)
         ]
         if not idle:
             return
