@@ -40,7 +40,7 @@ def main() -> None:
         for batch in batches:
             store.append_spans(batch.spans, batch.events)
         metrics = Metrics()
-        config = AssemblerConfig(decision_wait=0.01, poll_interval=0.01, workers=args.workers)
+        config = AssemblerConfig(decision_wait=0.01, poll_interval=0.01, batch_wait=0, workers=args.workers)
         assembler = TraceAssembler(store, config, metrics, scoring=scoring)
         # Warm the worker process up (spawn and imports) before the clock starts.
         assembler.run_round([])

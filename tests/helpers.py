@@ -157,8 +157,9 @@ def make_config(tmp_path: Path, **sections: dict[str, Any]) -> Config:
 
 
 def fast_assembler(**values: Any) -> dict[str, Any]:
-    """Assembler settings for tests: short decision wait, fast polling; `values` override."""
-    return {"decision_wait": 0.3, "poll_interval": 0.05, **values}
+    """Assembler settings for tests: short decision wait, fast polling, short wait for company
+    before a write; `values` override."""
+    return {"decision_wait": 0.3, "poll_interval": 0.05, "batch_wait": 0.1, **values}
 
 
 # --------------------------------------------------------------------------- talking to a service

@@ -265,6 +265,28 @@ def test_trace_waits_for_its_root_then_for_decision_wait(tmp_path: Path) -> None
         )
 
 
+@pytest.mark.parametrize(("batch_wait", "writes"), [(1.0, 1), (0, 3)])
+def test_traces_complete_at_a_low_rate_share_a_write_within_batch_wait(
+    tmp_path: Path, batch_wait: float, writes: int
+) -> None:
+    # Three traces complete 0.2 s apart: within batch_wait they wait for each other and are mapped
+    # and written together (one job: one assembled_at); without it each round writes its own.
+    wait = 0.3
+    config = make_config(tmp_path, assembler=fast_assembler(decision_wait=wait, batch_wait=batch_wait))
+    with BackgroundService(config) as svc:
+        for n in range(3):
+            send(svc.http_url, trace_id_of(n), rag_spans())
+            time.sleep(0.2)
+        wait_traces(svc, 3)
+        (row,) = sql(
+            svc,
+            "SELECT count(DISTINCT assembled_at) AS writes, "
+            "max(epoch_us(assembled_at) - epoch_us(last_received_at)) / 1e6 AS longest FROM traces",
+        )
+        assert row["writes"] == writes
+        assert wait + batch_wait - 0.45 <= row["longest"] <= wait + batch_wait + 1.0
+
+
 def test_in_flight_gauge_is_exact_right_after_an_assembly(tmp_path: Path) -> None:
     # A long poll interval keeps the gauge value of the round that assembled the trace visible for
     # a second: it must say 0 traces waiting, not a negative count.

@@ -253,6 +253,8 @@ class TraceAssembler:
         self._held_spans = 0
         # Complete traces waiting for their turn (a burst leaves more than a round maps).
         self._ready_queue: deque[tuple[str, str, _Pending]] = deque()
+        self._ready_since = -math.inf  # when the ready queue last stopped being empty
+        self._recently_ready: deque[tuple[float, int]] = deque()  # (round, traces it found ready)
         self._next_batch = 0
         self._assembled: OrderedDict[str, int] = OrderedDict()  # trace id -> assembly count
         self._assembled_cap = max(100_000, 2 * config.max_traces)
@@ -345,7 +347,7 @@ class TraceAssembler:
             log.exception("trace recovery failed; the traces are retried on the next start")
         while True:
             with self._cond:
-                if not self._stopping and not self._ready_queue:
+                if not self._stopping and (not self._ready_queue or self._gathering()):
                     self._cond.wait(self._config.poll_interval)
                 if self._stopping:
                     break
@@ -370,10 +372,19 @@ class TraceAssembler:
         now = self._clock()
         for batch in batches:
             self._hold(batch if isinstance(batch, _Arrivals) else _arrivals(batch, keep=True), now)
-        self._ready_queue.extend(self._ready(now))
+        ready = self._ready(now)
+        if ready:
+            if not self._ready_queue:
+                self._ready_since = now
+            if ready[-1][1] == "pressure":  # at `max_traces` (`_ready` lists these last): no waiting
+                self._ready_since = -math.inf
+            self._recently_ready.append((now, len(ready)))
+        while self._recently_ready and now - self._recently_ready[0][0] > self._config.batch_wait:
+            self._recently_ready.popleft()
+        self._ready_queue.extend(ready)
         if self._may_have_older and not self._store.shared and now - self._reconciled_at >= RECONCILE_EVERY:
             self._reconcile(now)
-        started = self._assemble_some()
+        started = self._assemble_some(gather=True)
         self._metrics.traces_in_flight.set(self.in_flight)
         return started
 
@@ -383,7 +394,7 @@ class TraceAssembler:
         before = len(self._assembled)
         self._recover()
         while self._ready_queue:
-            self._assemble_some()
+            self._assemble_some(gather=False)
         self._finish_all()
         return len(self._assembled) - before
 
@@ -566,13 +577,19 @@ class TraceAssembler:
 
     # ------------------------------------------------------------------ assembly
 
-    def _assemble_some(self) -> int:
+    def _assemble_some(self, gather: bool) -> int:
         """Map and write the oldest ready traces, a chunk at a time, one chunk more than there are
         workers per round at most. With worker processes, each has a job mapping and one queued
         behind it while the assembler writes, and the two oldest jobs are written together (the
-        last jobs' write waits for the next round). Returns how many traces were started."""
+        last jobs' write waits for the next round). Returns how many traces were started.
+
+        With `gather`, at a rate too low to fill a chunk within `batch_wait` seconds, the ready
+        traces wait for more, up to `batch_wait` after the first of them was ready: a write costs
+        about 20 ms of CPU whatever its rows, so one write a second instead of one a round saves
+        most of the service's CPU at a low rate. (At a higher rate, or at the end of a burst,
+        nothing waits.)"""
         self._finish_done()
-        if not self._ready_queue:
+        if not self._ready_queue or (gather and self._gathering()):
             self._finish_all()  # nothing new to overlap with: write what the workers have mapped
             return 0
         started = 0
@@ -591,6 +608,13 @@ class TraceAssembler:
                 wait([future for _, future in oldest])  # then every one done behind them
                 self._finish_done()
         return started
+
+    def _gathering(self) -> bool:
+        """Whether the ready traces wait for more before a job (see `_assemble_some`)."""
+        return (
+            sum(n for _, n in self._recently_ready) < ROUND_TRACES
+            and self._clock() - self._ready_since < self._config.batch_wait
+        )
 
     def _finish_done(self) -> None:
         """Write the jobs done at the head of the queue, in order, together where they can be."""

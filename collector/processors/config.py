@@ -28,6 +28,10 @@ class AssemblerConfig(Section):
     # retryable status until assembly catches up.
     max_backlog: int = Field(100_000, gt=0)
     poll_interval: float = Field(0.25, gt=0, le=10)
+    # Seconds complete traces may wait for others before they are mapped and written, when fewer
+    # than 500 become ready in that time: a write costs about 20 ms of CPU whatever its rows, so at
+    # a low rate the traces of a second share one (0: each round writes what is ready).
+    batch_wait: float = Field(1.0, ge=0, le=60)
     # Processes that map and score traces beside the service (0: map in the assembler thread).
     # Mapping is pure Python; in its own processes it does not compete with the receivers for the
     # GIL. Two keep the service's writer busy on two cores (one worker paces assembly there);
