@@ -487,11 +487,8 @@ class TraceAssembler:
         if self._may_have_older:
             self._find_assembled_before(now)
         ready = []
-        waits = self._entry_waits
         for trace_id, p in self._pending.items():
-            if now - p.last_seen >= cfg.decision_wait and (
-                p.root_seen or (p.entry is not None and p.entry not in waits)
-            ):
+            if now - p.last_seen >= cfg.decision_wait and self._has_root(p):
                 if not p.root_seen and p.entry is not None:  # its entry span stands in for the root
                     self._entered[trace_id] = p.entry
                     if len(self._entered) > ENTERED_CAP:
