@@ -16,8 +16,12 @@ $(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
+# LlamaIndex's OpenAI LLM for tests/test_agents_llamaindex.py, without its `openai<3` cap (pyproject.toml).
+LLAMA_INDEX_OPENAI := llama-index-llms-openai==0.8.3
+
 $(STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps '$(LLAMA_INDEX_OPENAI)'
 	touch $@ $(VENV)/.installed $(COMPILED_STAMP)
 
 install: $(VENV)/.installed  ## .venv/bin/ragpulse

@@ -21,6 +21,8 @@ COMPILED = [
     "semconv/documents.py",
     "semconv/mapping.py",
     "semconv/parallel_trees.py",
+    "semconv/tree.py",
+    "semconv/tools.py",
     "semconv/mappers/genai.py",
     "semconv/mappers/langfuse.py",
     "semconv/mappers/langsmith.py",

@@ -22,7 +22,13 @@ from collector.config_base import Section
 from collector.exporters.config import ExportersConfig
 from collector.monitoring.config import MonitoringConfig
 from collector.probes.config import Probes
-from collector.processors.config import AssemblerConfig, RedactionConfig, SamplingConfig, ScoringConfig
+from collector.processors.config import (
+    AssemblerConfig,
+    MappingConfig,
+    RedactionConfig,
+    SamplingConfig,
+    ScoringConfig,
+)
 from collector.receivers.config import ReceiversConfig
 from collector.receivers.tls import TlsConfig
 from collector.sql import SqlConfig
@@ -44,6 +50,7 @@ class Config(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     sql: SqlConfig = Field(default_factory=SqlConfig)
     assembler: AssemblerConfig = Field(default_factory=AssemblerConfig)
+    mapping: MappingConfig = Field(default_factory=MappingConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)

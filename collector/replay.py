@@ -38,6 +38,7 @@ from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
 from semconv.mapping import map_trace
 from semconv.models import RagTrace
+from semconv.options import MappingOptions
 
 JSON = "application/json"
 PROTOBUF = "application/x-protobuf"
@@ -225,7 +226,13 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
             scoring = ScoringSetup.of_config(config)
             dimensions, caps = slicing(store, config.monitoring, time.monotonic())
             assembler = TraceAssembler(
-                store, config.assembler, metrics, scoring=scoring, dimensions=dimensions, caps=caps
+                store,
+                config.assembler,
+                metrics,
+                scoring=scoring,
+                dimensions=dimensions,
+                caps=caps,
+                mapping=config.mapping.options(),
             )
             try:
                 report.traces = assembler.assemble_stored()
@@ -237,7 +244,7 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
     return report
 
 
-def read_trace(path: Path, trace_id: str | None = None) -> RagTrace:
+def read_trace(path: Path, trace_id: str | None = None, options: MappingOptions | None = None) -> RagTrace:
     """One trace from a captured OTLP file (any format `read_captured` reads), mapped to a RagTrace.
 
     `trace_id` picks the trace when the file holds several; `ReplayError` when it is missing or
@@ -255,4 +262,4 @@ def read_trace(path: Path, trace_id: str | None = None) -> RagTrace:
     spans = by_trace.get(trace_id.lower())
     if not spans:
         raise ReplayError(f"{path}: no trace {trace_id}")
-    return map_trace(spans)
+    return map_trace(spans, options)

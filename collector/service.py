@@ -145,6 +145,7 @@ class Service:
                 dimensions=dimensions,
                 caps=caps,
                 spill=SpillDirectory(spill_directory(cfg)),
+                mapping=cfg.mapping.options(),
             )
             self.writer.add_listener(self.assembler.on_commit)
             self.writer.add_gate(self.assembler.accepting)
@@ -261,6 +262,7 @@ class Service:
                 self.metrics,
                 setup.export_events,
                 redactor=self._redactor("judge"),
+                mapping=cfg.mapping.options(),
             )
             self.judge_stage.start()
         if setup.export_events:

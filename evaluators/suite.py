@@ -45,8 +45,9 @@ from .embeddings import Embed
 from .parallel import map_in_order
 from .scores import Score
 
-# Skip reasons that mean "no reference": an error in a suite, whose cases promise one.
-MISSING_REFERENCE = frozenset({"no_expected_ids", "no_reference"})
+# Skip reasons that mean "no reference" (or no retrieval to score): an error in a suite, whose cases
+# promise one.
+MISSING_REFERENCE = frozenset({"no_expected_ids", "no_reference", "no_retrieval"})
 # A value drop smaller than this is float noise, not a regression.
 REGRESSION_TOLERANCE = 1e-9
 
@@ -274,10 +275,11 @@ def openai_generator(model: GenerationModel) -> Generator:
 def _promised(score: Score) -> Score:
     """A suite case promises its reference: a missing one is an error, not a skip."""
     if score.status == "skipped" and score.label in MISSING_REFERENCE:
+        what = "no retrieval step" if score.label == "no_retrieval" else "no reference"
         return Score.fail_error(
             score.name,
             score.label or "no_reference",
-            f"the suite case gives no reference for {score.name} ({score.explanation})",
+            f"the suite case gives {what} for {score.name} ({score.explanation})",
             threshold=score.threshold,
         )
     return score

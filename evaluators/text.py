@@ -36,8 +36,10 @@ Decisions (each evaluator's docstring has the details):
   -> `no_question`; no expected answer -> `no_reference`; documents retrieved but none with text
   recorded -> `no_document_text`; an answer with no checkable sentence (a refusal) ->
   `skipped` `no_claims` (RAGAS gives NaN for the same reason): a null with a reason, not a 0.
-- No documents at all (empty retrieval, or no retrieval step): the context supports nothing, so the
-  context scores and faithfulness are 0 (`fail`), as RAGAS gives 0 for an empty context.
+- No retrieval step at all (small talk, an action-only tool call): the scores of documents do not
+  apply, `skipped` `no_retrieval` (an error in `ragpulse eval` suites). A retrieval that found no
+  documents: the context supports nothing, so the context scores and faithfulness are 0 (`fail`), as
+  RAGAS gives 0 for an empty context.
 - A document without text among documents with text is read as empty (it supports nothing and is
   not useful); the explanation says how many there were. Documents are named by id, or
   `rank N` when they have none.
@@ -212,6 +214,18 @@ def _read_context(documents: list[Document]) -> _Context | None:
     return _Context(docs, missing)
 
 
+def no_retrieval(name: str, threshold: float | None) -> Score:
+    """`skipped` `no_retrieval`: the trace retrieved nothing at all (small talk, an action-only tool
+    call), so a score of its documents does not apply. Not a failure: an empty retrieval (a step
+    that found nothing) still scores 0. In `ragpulse eval` it is an error (`suite._promised`)."""
+    return Score.skip(
+        name,
+        "no_retrieval",
+        "the trace has no retrieval step, so there are no documents to score",
+        threshold=threshold,
+    )
+
+
 def no_document_text(name: str, threshold: float | None) -> Score:
     """`skipped` `no_document_text`: documents were retrieved, but none has its text recorded."""
     return Score.skip(
@@ -345,6 +359,8 @@ def make_faithfulness(
     _check_fraction(name, "coverage", coverage)
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         if _blank(trace.answer):
             return Score.skip(name, "no_answer", "the trace has no answer to check", threshold=threshold)
         assert trace.answer is not None
@@ -380,6 +396,8 @@ def make_context_recall(min: float | None = None, *, coverage: float = DEFAULT_C
     _check_fraction(name, "coverage", coverage)
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         if _blank(trace.expected_answer):
             return Score.skip(
                 name, "no_reference", "the trace has no expected answer to look for", threshold=threshold
@@ -425,6 +443,8 @@ def make_context_entity_recall(
         listed = tuple(dict.fromkeys(tu.entity_from_text(e) for e in entities))
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         if listed is not None:
             wanted = listed
             source = "listed"
@@ -487,6 +507,8 @@ def make_citation(min: float | None = None, *, ranks: bool = False) -> Evaluator
     assert threshold is not None
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         if _blank(trace.answer):
             return Score.skip(name, "no_answer", "the trace has no answer to check", threshold=threshold)
         assert trace.answer is not None
@@ -577,6 +599,8 @@ def make_context_precision(min: float | None = None, *, useful: float = 0.3) -> 
     below = f"(below {useful:.0%})"
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         if _blank(trace.question):
             return Score.skip(name, "no_question", "the trace has no question", threshold=threshold)
         if _blank(trace.expected_answer):
@@ -638,6 +662,8 @@ def make_context_relevance(min: float | None = None, *, relevant: float = 0.5) -
     _check_fraction(name, "relevant", relevant)
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         if _blank(trace.question):
             return Score.skip(name, "no_question", "the trace has no question", threshold=threshold)
         assert trace.question is not None

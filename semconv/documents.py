@@ -9,7 +9,18 @@ from semconv.construct import builder
 from semconv.models import Document
 from semconv.values import as_list, as_mapping, is_absent, number, parse_structured, scalar_text, text
 
-ID_KEYS = ("document.id", "id", "id_", "doc_id", "db.query.result.id", "db.search.result.id")
+# `_id` / `_score` / `_source`: Elasticsearch and OpenSearch hits; `file_id`: OpenAI file search
+# results (chunks of one file share it, so it comes last); `payload`: Qdrant points.
+ID_KEYS = (
+    "document.id",
+    "id",
+    "id_",
+    "doc_id",
+    "db.query.result.id",
+    "db.search.result.id",
+    "_id",
+    "file_id",
+)
 CONTENT_KEYS = (
     "document.content",
     "content",
@@ -18,9 +29,27 @@ CONTENT_KEYS = (
     "db.query.result.document",
     "document",
 )
-SCORE_KEYS = ("document.score", "score", "relevance_score", "db.query.result.score", "db.search.result.score")
+SCORE_KEYS = (
+    "document.score",
+    "score",
+    "relevance_score",
+    "db.query.result.score",
+    "db.search.result.score",
+    "_score",
+)
 DISTANCE_KEYS = ("distance", "document.distance", "db.query.result.distance", "db.search.result.distance")
-METADATA_KEYS = ("document.metadata", "metadata", "db.query.result.metadata", "db.search.result.entity")
+METADATA_KEYS = (
+    "document.metadata",
+    "metadata",
+    "db.query.result.metadata",
+    "db.search.result.entity",
+    "_source",
+    "payload",
+    "attributes",
+)
+# Where a store keeps a hit's text when the hit itself has none (Pinecone `metadata.text`,
+# Elasticsearch `_source.content`, Qdrant `payload.text`).
+NESTED_CONTENT_KEYS = ("text", "content", "page_content", "chunk", "body")
 
 
 # `Document.model_construct(rank=, id=, content=, score=, distance=, metadata=)`, positionally.
@@ -85,7 +114,11 @@ def document(item: Any, rank: int) -> Document | None:
     content = fields.get("content")
     if isinstance(content, Mapping):  # {"document": {...}} nests the real fields one level down
         return document(content, rank)
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": "..."}]
+        content = _parts_text(content)
     metadata = fields.get("metadata")
+    if content is None and metadata is not None:
+        content = _nested_content(metadata)
     # Every value below is already normalized to the field's type (and rank >= 1 by the callers),
     # so validation is skipped: it was a tenth of the mapping time.
     return _document(
@@ -96,6 +129,22 @@ def document(item: Any, rank: int) -> Document | None:
         number(fields.get("distance")),
         as_mapping(metadata) if metadata is not None else None,
     )
+
+
+def _parts_text(parts: list[Any]) -> str | None:
+    texts = [text(p.get("text")) if isinstance(p, Mapping) else text(p) for p in parts]
+    return "\n".join(t for t in texts if t) or None
+
+
+def _nested_content(metadata: Any) -> str | None:
+    found = as_mapping(metadata)
+    if not found:
+        return None
+    for key in NESTED_CONTENT_KEYS:
+        value = found.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def documents(items: Any) -> list[Document]:

@@ -12,23 +12,22 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from semconv import names
+from semconv import names, tools
 from semconv.construct import builder
 from semconv.documents import fill_ids, fill_ids_by_content, fill_metadata_ids
 from semconv.mappers import genai, langfuse, langsmith, openinference, openllmetry
-from semconv.mappers.text_fields import question_text
+from semconv.mappers.text_fields import plain_text, question_text
 from semconv.models import RAG_STEP_KINDS, STEP_KINDS, Document, RagTrace, SpanRecord, Step
+from semconv.options import DEFAULT_OPTIONS, MappingOptions
 from semconv.parallel_trees import merge_parallel_duplicates
+from semconv.tree import Node, build_tree, group, is_leaf, start_key, unlink
 from semconv.values import integer, is_absent, lower, string_list, text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Kinds whose nested spans of the same kind are one step (LlamaIndex `.predict` ⊃ `.chat` ⊃ client span).
-COLLAPSING_KINDS = frozenset({"llm", "retrieval", "rerank", "embedding"})
 NOT_PROVIDERS = frozenset({"langchain", "langgraph"})  # framework names set on chain spans
 
 MODEL_KEYS = (
@@ -306,112 +305,79 @@ def generic_output(span: SpanRecord) -> str | None:
 _STEP_FIELDS = (
     "span_id", "parent_span_id", "position", "kind", "name", "convention", "model", "provider", "input",
     "output", "query", "documents", "input_documents", "start_us", "end_us", "duration_ms", "input_tokens",
-    "output_tokens", "total_tokens", "status", "span_ids",
+    "output_tokens", "total_tokens", "status", "span_ids", "tool_name", "result_size",
 )
 _SAMPLE_STEP: tuple[Any, ...] = (
-    "s", None, 0, "llm", "chat", "genai", "m", "p", "q", "a", None, [], [], 1, 2, 0.001, 3, 4, 7, "OK", ["s"]
+    "s", None, 0, "llm", "chat", "genai", "m", "p", "q", "a", None, [], [], 1, 2, 0.001, 3, 4, 7, "OK", ["s"],
+    None, None,
 )
 # fmt: on
 _new_step = builder(Step, _STEP_FIELDS, _SAMPLE_STEP)
 
 
-@dataclass(eq=False)
-class _Node:
-    span: SpanRecord
-    kind: str
-    convention: str
-    parent: _Node | None = None
-    children: list[_Node] = field(default_factory=list)
-    depth: int = 0
-    group: _Node | None = None  # the top span of the collapsed step this span belongs to
-    members: list[_Node] = field(default_factory=list)  # on group tops: the group, top first
+def read_tools(ordered: list[Node], options: MappingOptions) -> None:
+    """Name every tool call, and make a retrieval of each one that is (docs/conventions.md, "Agents
+    and tools"): a tool `mapping.retrieval_tools` names, or, with `detect_retrieval_tools`, one whose
+    name or description says it searches and whose result reads as documents. A tool with a
+    retrieval span below it stays a tool: that span holds the documents (a retriever called inside a
+    LangChain tool). Children are read before their parents, so an agent run as a tool over a
+    search tool is not a second retrieval of the same documents."""
+    covered: set[int] = set()  # nodes with a retrieval below them
+    for node in reversed(ordered):  # `ordered` lists parents before children
+        attrs = node.span.attributes
+        if node.kind == "tool":
+            node.tool = tools.tool_name(node.span)
+            if id(node) not in covered:
+                _read_retrieval_tool(node, options)
+        elif node.kind == "retrieval" and tools.is_tool_call(attrs):
+            node.tool = tools.tool_name(node.span)  # `rag.step = retrieval` on a tool span
+        if (node.kind in ("retrieval", "rerank") or id(node) in covered) and node.parent is not None:
+            covered.add(id(node.parent))
 
 
-def _build_tree(spans: list[SpanRecord]) -> tuple[list[_Node], list[_Node]]:
-    """(all nodes in start order, roots). A span whose parent is missing is a root."""
-    unique: dict[str, SpanRecord] = {}
-    for span in spans:
-        unique[span.span_id] = span  # a span sent twice counts once
-    nodes = {}
-    for span in unique.values():
-        kind, convention = classify(span)
-        nodes[span.span_id] = _Node(span, kind, convention)
-    roots = []
-    for node in nodes.values():
-        parent = nodes.get(node.span.parent_span_id or "")
-        if parent is not None and parent is not node:
-            node.parent = parent
-            parent.children.append(node)
-        else:
-            roots.append(node)
-    ordered: list[_Node] = []
-    stack = sorted(roots, key=_start, reverse=True)
-    seen: set[int] = set()
-    while stack:  # iterative: traces can be deep; cycles in bad input are cut by `seen`
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        ordered.append(node)
-        for child in sorted(node.children, key=_start, reverse=True):
-            child.depth = node.depth + 1
-            stack.append(child)
-    for node in nodes.values():  # members of a parent cycle, unreachable from any root
-        if id(node) not in seen:
-            node.parent = None
-            roots.append(node)
-            ordered.append(node)
-    return ordered, roots
+def _read_retrieval_tool(node: Node, options: MappingOptions) -> None:
+    attrs = node.span.attributes
+    named = tools.is_named_retrieval(node.tool, options)
+    if not named and not (
+        options.detect_retrieval_tools and tools.says_retrieval(node.tool, tools.tool_description(attrs))
+    ):
+        return
+    found = tools.result_documents(tools.result(attrs), strict=not named)
+    if found is not None or named:
+        node.kind = "retrieval"
+        node.tool_documents = found or []
 
 
-def _start(node: _Node) -> tuple[int, str]:
-    return (node.span.start_us or 0, node.span.span_id)
+def _tool_fields(top: Node, f: dict[str, Any]) -> None:
+    """A tool call's fields: arguments as input, its result as output (a retrieval's documents are
+    its output), the tool's name and the result's size in characters."""
+    attrs = top.span.attributes
+    result = text(tools.result(attrs))
+    f["tool_name"] = top.tool
+    f["result_size"] = len(result) if result is not None else None
+    if top.kind == "tool":
+        f["input"] = text(tools.arguments(attrs))
+        f["output"] = result
 
 
-def _group(ordered: list[_Node]) -> list[_Node]:
-    """Collapse nested same-kind spans: a span joins the step of its nearest non-chain ancestor
-    when that ancestor has the same kind. Returns the group tops in tree order."""
-    tops = []
-    for node in ordered:  # parents come before children in `ordered`
-        ancestor = node.parent
-        while ancestor is not None and ancestor.kind == "chain":
-            ancestor = ancestor.parent
-        if node.kind in COLLAPSING_KINDS and ancestor is not None and ancestor.kind == node.kind:
-            top = ancestor.group or ancestor
-            node.group = top
-            top.members.append(node)
-        else:
-            node.group = node
-            node.members = [node]
-            tops.append(node)
-    return tops
-
-
-def _is_leaf(node: _Node, members: list[_Node]) -> bool:
-    return not any(other.parent is node for other in members)
-
-
-def _step(top: _Node) -> Step:
+def _step(top: Node) -> Step:
     members = top.members
     kind = top.kind
     # LLM fields come from the innermost span that has them; retrieval from the outermost.
     order = sorted(members, key=lambda n: -n.depth) if kind == "llm" else members
     representative = top
-    f: dict[str, Any] = {"documents": [], "input_documents": [], "query": None, "input": None, "output": None}
+    f: dict[str, Any] = {
+        "documents": [],
+        "input_documents": [],
+        "query": None,
+        "input": None,
+        "output": None,
+        "tool_name": None,
+        "result_size": None,
+    }
     if kind in ("retrieval", "rerank"):
-        for node in order:
-            docs, input_docs = retrieval_documents(node.span, kind)
-            if docs:
-                f["documents"], f["input_documents"], representative = docs, input_docs, node
-                break
-        if any(d.id is None for d in f["documents"]):
-            # OpenLLMetry: `vector_db_retrieve` holds the LangChain documents without ids; the
-            # vector database's span below it (`chroma.query`) has them in its result events.
-            results = [d for node in members for d in openllmetry.event_documents(node.span.events)]
-            fill_ids_by_content(f["documents"], results)
-        fill_metadata_ids(f["documents"])
-        fill_metadata_ids(f["input_documents"])
-        f["query"] = f["input"] = _first_of(order, lambda n: retrieval_query(n.span))
+        _retrieval_fields(top, order, f)
+        representative = f.pop("representative")
     elif kind == "llm":
         for node in order:
             output = llm_output(node.span)
@@ -422,6 +388,8 @@ def _step(top: _Node) -> Step:
     else:
         f["input"] = generic_input(top.span)
         f["output"] = generic_output(top.span)
+    if top.tool is not None:
+        _tool_fields(top, f)
     rep = representative.span
     input_tokens, output_tokens, total_tokens = _tokens(kind, order, members)
     # Every value is already of its field's type (the readers above normalize them), so the step
@@ -448,15 +416,93 @@ def _step(top: _Node) -> Step:
         total_tokens,
         "ERROR" if any(n.span.status_code == "ERROR" for n in members) else top.span.status_code,
         [n.span.span_id for n in members],
+        f["tool_name"],
+        f["result_size"],
     )
 
 
-def _tokens(kind: str, order: list[_Node], members: list[_Node]) -> tuple[int | None, int | None, int | None]:
+def _retrieval_fields(top: Node, order: list[Node], f: dict[str, Any]) -> None:
+    """Documents, query and input of a retrieval or rerank step (and the span that gave them)."""
+    kind, members = top.kind, top.members
+    f["representative"] = top
+    if top.tool_documents is not None:  # a retrieval tool, read from its result
+        f["documents"] = top.tool_documents
+    else:
+        for node in order:
+            docs, input_docs = retrieval_documents(node.span, kind)
+            if docs:
+                f["documents"], f["input_documents"], f["representative"] = docs, input_docs, node
+                break
+        if not f["documents"] and top.tool is not None:  # `rag.step = retrieval` on a tool span
+            f["documents"] = tools.result_documents(tools.result(top.span.attributes), strict=False) or []
+    if any(d.id is None for d in f["documents"]):
+        # OpenLLMetry: `vector_db_retrieve` holds the LangChain documents without ids; the
+        # vector database's span below it (`chroma.query`) has them in its result events.
+        results = [d for node in members for d in openllmetry.event_documents(node.span.events)]
+        fill_ids_by_content(f["documents"], results)
+    fill_metadata_ids(f["documents"])
+    fill_metadata_ids(f["input_documents"])
+    query = _first_of(order, lambda n: retrieval_query(n.span))
+    if query is None and top.tool is not None:
+        query = tools.query(tools.arguments(top.span.attributes))
+    f["query"] = f["input"] = query
+
+
+def _with_hosted_retrievals(steps: list[Step], nodes: list[Node], options: MappingOptions) -> list[Step]:
+    """`steps` with a retrieval step before each LLM step for each search the model ran itself
+    (a hosted tool, OpenAI's file search: its call and results are in the LLM span's output, with
+    no span of their own). The retrieval step shares the LLM step's span."""
+    spans: dict[str, SpanRecord] | None = None
+    result: list[Step] = []
+    for step in steps:
+        if step.kind == "llm":
+            if spans is None:
+                spans = {n.span.span_id: n.span for n in nodes}
+            span = spans.get(step.span_id)
+            if span is not None:
+                result.extend(_hosted_retrievals(step, span, options))
+        result.append(step)
+    return result
+
+
+def _hosted_retrievals(llm: Step, span: SpanRecord, options: MappingOptions) -> list[Step]:
+    found = []
+    for name, arguments, result in tools.hosted_calls(span.attributes):
+        named = tools.is_named_retrieval(name, options)
+        if not named and not (options.detect_retrieval_tools and tools.says_retrieval(name, None)):
+            continue
+        docs = tools.result_documents(result, strict=not named)
+        if docs is None and not named:
+            continue
+        query = tools.query(arguments)
+        recorded = text(result)
+        found.append(
+            Step(
+                span_id=llm.span_id,
+                parent_span_id=llm.parent_span_id,
+                kind="retrieval",
+                name=name or llm.name,
+                convention=llm.convention,
+                input=query,
+                query=query,
+                documents=fill_metadata_ids(docs or []),
+                start_us=llm.start_us,
+                end_us=llm.end_us,
+                status=llm.status,
+                span_ids=[llm.span_id],
+                tool_name=name,
+                result_size=len(recorded) if recorded is not None else None,
+            )
+        )
+    return found
+
+
+def _tokens(kind: str, order: list[Node], members: list[Node]) -> tuple[int | None, int | None, int | None]:
     """Sum tokens over the leaf spans of the step only: inner client spans repeat the outer counts.
     When no leaf reports usage, the innermost span that does is used."""
     if kind not in ("llm", "embedding"):
         return None, None, None
-    counted = [tokens(n.span.attributes) for n in members if _is_leaf(n, members)]
+    counted = [tokens(n.span.attributes) for n in members if is_leaf(n, members)]
     if not any(_has_tokens(c) for c in counted):
         counted = [c for c in (tokens(n.span.attributes) for n in order) if _has_tokens(c)][:1]
     sums: list[int | None] = []
@@ -473,7 +519,7 @@ def _has_tokens(counts: tuple[int | None, int | None, int | None]) -> bool:
 # --------------------------------------------------------------------------- the trace
 
 
-def _trace_convention(steps: list[Step], nodes: list[_Node]) -> str:
+def _trace_convention(steps: list[Step], nodes: list[Node]) -> str:
     votes = Counter(s.convention for s in steps if s.kind in RAG_STEP_KINDS)
     votes.pop("unknown", None)
     if not votes:
@@ -485,7 +531,7 @@ def _trace_convention(steps: list[Step], nodes: list[_Node]) -> str:
     return winner
 
 
-def _any_attr(nodes: list[_Node], key: str) -> Any:
+def _any_attr(nodes: list[Node], key: str) -> Any:
     for node in nodes:
         value = node.span.attributes.get(key)
         if not is_absent(value):
@@ -493,15 +539,16 @@ def _any_attr(nodes: list[_Node], key: str) -> Any:
     return None
 
 
-def _question(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
+def _question(root: Node, nodes: list[Node], steps: list[Step]) -> str | None:
     a = root.span.attributes
     root_is_step = root.kind in ("llm", "retrieval", "rerank")
     llms = [s for s in steps if s.kind == "llm"]
-    first_llm = next((n for n in nodes if n.kind == "llm"), None)
     return text(
         _first(
             lambda: text(_any_attr(nodes, names.RAG_QUESTION)),
             lambda: None if root_is_step and root.kind == "llm" else openinference.trace_question(a),
+            # An agent's or a pipeline's root with the user's messages (`invoke_agent`, AGENT spans).
+            lambda: None if root_is_step else first_user_message(root.span),
             lambda: (
                 langfuse.trace_question(a)
                 or _first_of(nodes, lambda n: langfuse.trace_question(n.span.attributes))
@@ -509,30 +556,69 @@ def _question(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
             lambda: None if root_is_step else langfuse.root_question(a),
             lambda: openllmetry.trace_question(a),
             lambda: None if root_is_step else langsmith.trace_question(a),
-            lambda: first_user_message(first_llm.span) if first_llm else None,
-            lambda: next((s.query for s in steps if s.kind == "retrieval" and s.query), None),
+            # The first LLM call with a user message (a framework's span that only prepares the
+            # request, LlamaIndex's `_prepare_chat_with_tools`, has none).
+            lambda: _first_of((n for n in nodes if n.kind == "llm"), lambda n: first_user_message(n.span)),
+            # A tool's arguments are the agent's words, not the user's: never the question.
+            lambda: _first_retrieval_query(nodes, steps),
             lambda: question_text(llms[0].input) if llms else None,
         )
     )
 
 
-def _answer(root: _Node, nodes: list[_Node], steps: list[Step]) -> str | None:
+def _first_retrieval_query(nodes: list[Node], steps: list[Step]) -> str | None:
+    """The query of the first retrieval that is not a tool call nor inside one."""
+    by_id = {n.span.span_id: n for n in nodes}
+    for step in steps:
+        if step.kind != "retrieval" or not step.query or step.tool_name:
+            continue
+        node = by_id.get(step.span_id)
+        while node is not None and node.tool is None and node.kind != "tool":
+            node = node.parent
+        if node is None:
+            return step.query
+    return None
+
+
+def _answer(root: Node, nodes: list[Node], steps: list[Step]) -> str | None:
+    """The final answer: `rag.answer`, else the root's output when it is plain text (a JSON wrapper or
+    a framework object's repr is not an answer), else the last LLM step's text that asks for no tool."""
     a = root.span.attributes
-    llms = [s for s in steps if s.kind == "llm"]
+    root_is_step = root.kind in ("llm", "retrieval", "rerank")
     return text(
         _first(
             lambda: text(_any_attr(nodes, names.RAG_ANSWER)),
-            lambda: None if root.kind in ("llm", "retrieval", "rerank") else openinference.trace_answer(a),
-            lambda: (
+            lambda: None if root_is_step else plain_text(openinference.trace_answer(a)),
+            lambda: None if root_is_step else plain_text(genai.llm_output(a)),  # `invoke_agent` output
+            lambda: plain_text(
                 langfuse.trace_answer(a)
                 or _first_of(nodes, lambda n: langfuse.trace_answer(n.span.attributes))
             ),
-            lambda: None if root.kind in ("llm", "retrieval", "rerank") else langfuse.root_answer(a),
-            lambda: None if root.kind == "llm" else openllmetry.trace_answer(a),
-            lambda: None if root.kind in ("llm", "retrieval", "rerank") else langsmith.trace_answer(a),
-            lambda: llms[-1].output if llms else None,
+            lambda: None if root_is_step else plain_text(langfuse.root_answer(a)),
+            lambda: None if root.kind == "llm" else plain_text(openllmetry.trace_answer(a)),
+            lambda: None if root_is_step else plain_text(langsmith.trace_answer(a)),
+            lambda: _final_llm_text(nodes, steps),
         )
     )
+
+
+def _final_llm_text(nodes: list[Node], steps: list[Step]) -> str | None:
+    """The output of the last LLM step that has text and asks for no tool call (an agent's turns
+    before its answer call tools; their text, if any, is thinking aloud)."""
+    llms = [s for s in steps if s.kind == "llm" and s.output]
+    if not llms:
+        return None
+    spans = {n.span.span_id: n.span for n in nodes}
+    for step in reversed(llms):
+        if not any(tools.requests_tool_call(spans[i].attributes) for i in step.span_ids if i in spans):
+            return step.output
+    return None
+
+
+def _called_a_model(step: Step) -> bool:
+    """An LLM step with an output or token counts: a model was called (a framework's span that
+    only prepares a request, LlamaIndex's `_prepare_chat_with_tools`, has neither)."""
+    return bool(step.output) or step.input_tokens is not None or step.output_tokens is not None
 
 
 def _sum(values: Iterable[float | int | None]) -> Any:
@@ -540,12 +626,12 @@ def _sum(values: Iterable[float | int | None]) -> Any:
     return sum(present) if present else None
 
 
-def map_trace(spans: list[SpanRecord]) -> RagTrace:
+def map_trace(spans: list[SpanRecord], options: MappingOptions | None = None) -> RagTrace:
     """Read one trace's spans as a RAG request. Never raises; see the module docstring."""
     if not spans:
         return RagTrace(trace_id="")
     try:
-        return _map(spans)
+        return _map(spans, options or DEFAULT_OPTIONS)
     except Exception as exc:  # a mapper bug must not lose the trace: keep the row, say why
         log.exception("could not map trace %s", spans[0].trace_id)
         trace = RagTrace(trace_id=spans[0].trace_id, span_count=len(spans))
@@ -553,30 +639,24 @@ def map_trace(spans: list[SpanRecord]) -> RagTrace:
         return trace
 
 
-def _map(spans: list[SpanRecord]) -> RagTrace:
-    nodes, roots = _build_tree(spans)
+def _map(spans: list[SpanRecord], options: MappingOptions) -> RagTrace:
+    nodes, roots = build_tree(spans, classify)
     try:
-        return _map_tree(nodes, roots)
+        if any(n.kind == "tool" or (n.kind == "retrieval" and n.convention == "ragpulse") for n in nodes):
+            read_tools(nodes, options)
+        return _map_tree(nodes, roots, options)
     finally:
-        _unlink(nodes)
+        unlink(nodes)
 
 
-def _unlink(nodes: list[_Node]) -> None:
-    """Break the tree's parent/child cycles, so its nodes are freed by reference counting as soon
-    as the trace is mapped, not by a later pass of the cyclic garbage collector (which, over a batch
-    of traces, costs as much as mapping one)."""
-    for node in nodes:
-        node.parent = node.group = None
-        node.children = node.members = []
-
-
-def _map_tree(nodes: list[_Node], roots: list[_Node]) -> RagTrace:
-    root = min((r for r in roots if not r.span.parent_span_id), key=_start, default=None) or min(
-        roots, key=_start
+def _map_tree(nodes: list[Node], roots: list[Node], options: MappingOptions) -> RagTrace:
+    root = min((r for r in roots if not r.span.parent_span_id), key=start_key, default=None) or min(
+        roots, key=start_key
     )
-    tops = _group(nodes)
+    tops = group(nodes)
     steps = sorted((_step(t) for t in tops), key=lambda s: (s.start_us or 0, s.span_id))
     steps = merge_parallel_duplicates(steps, CONVENTION_ORDER)  # two libraries, one call
+    steps = _with_hosted_retrievals(steps, nodes, options)
     for position, step in enumerate(steps):
         step.position = position
     starts = [n.span.start_us for n in nodes if n.span.start_us is not None]
@@ -602,6 +682,10 @@ def _map_tree(nodes: list[_Node], roots: list[_Node]) -> RagTrace:
         input_tokens=_sum(s.input_tokens for s in steps if s.kind == "llm"),
         output_tokens=_sum(s.output_tokens for s in steps if s.kind == "llm"),
         span_count=len(nodes),
+        tool_calls=sum(1 for s in steps if s.tool_name is not None),
+        tool_errors=sum(1 for s in steps if s.tool_name is not None and s.status == "ERROR"),
+        retrieval_rounds=sum(1 for s in steps if s.kind == "retrieval"),
+        llm_calls=sum(1 for s in steps if s.kind == "llm" and _called_a_model(s)),
     )
     if trace.start_us is not None and trace.end_us is not None:
         trace.duration_ms = (trace.end_us - trace.start_us) / 1000.0

@@ -93,6 +93,8 @@ class Step(BaseModel):
     total_tokens: int | None = None
     status: str = "UNSET"
     span_ids: list[str] = Field(default_factory=list, description="every span collapsed into this step")
+    tool_name: str | None = Field(None, description="the tool called (tool steps, and retrievals by tool)")
+    result_size: int | None = Field(None, description="characters of the tool's result as recorded")
 
 
 class RagTrace(BaseModel):
@@ -118,20 +120,66 @@ class RagTrace(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     span_count: int = 0
+    tool_calls: int = Field(0, description="tool calls, retrievals through tools included")
+    tool_errors: int = Field(0, description="tool calls whose span has an error status")
+    retrieval_rounds: int = Field(0, description="retrieval steps")
+    llm_calls: int = Field(0, description="LLM steps")
     mapping_error: str | None = Field(None, description="set when a mapper bug cut the mapping short")
 
     def steps_of(self, *kinds: str) -> list[Step]:
         return [s for s in self.steps if s.kind in kinds]
 
     @property
+    def has_retrieval(self) -> bool:
+        """Whether the trace retrieved at all (a retrieval or rerank step, even one that found
+        nothing). Scores that read documents do not apply to a trace without: `no_retrieval`."""
+        return any(s.kind in ("retrieval", "rerank") for s in self.steps)
+
+    @property
     def contexts(self) -> list[Document]:
-        """The documents the answer was generated from: the last rerank's output when there is a
-        rerank step, else every retrieval step's documents in step order."""
-        reranks = [s for s in self.steps if s.kind == "rerank" and s.documents]
-        if reranks:
-            return list(reranks[-1].documents)
-        return [d for s in self.steps if s.kind == "retrieval" for d in s.documents]
+        """The documents the answer was generated from (`context_documents` of the steps)."""
+        return context_documents(self.steps)
 
     @property
     def retrieved_ids(self) -> list[str | None]:
         return [d.id for d in self.contexts]
+
+
+def context_documents(steps: list[Step]) -> list[Document]:
+    """The documents the answer was generated from: every retrieval round's documents in step
+    order, where a rerank step's output replaces the documents retrieved since the previous rerank
+    (or, right after another rerank, that rerank's output); rounds that start after the last LLM
+    step ended came after the answer and are left out; a document retrieved again (the same id and
+    text, or the same text without an id) counts once, at its first place."""
+    answer_end = next((s.end_us for s in reversed(steps) if s.kind == "llm"), None)
+    rounds: list[list[Document]] = []
+    since_rerank = False  # the last round holds retrievals made since the last rerank
+    for step in steps:
+        if step.kind not in ("retrieval", "rerank"):
+            continue
+        if answer_end is not None and step.start_us is not None and step.start_us >= answer_end:
+            continue
+        if step.kind == "retrieval":
+            if not since_rerank:
+                rounds.append([])
+                since_rerank = True
+            rounds[-1].extend(step.documents)
+        elif step.documents:
+            if rounds:
+                rounds[-1] = list(step.documents)
+            else:
+                rounds.append(list(step.documents))
+            since_rerank = False
+    return _first_of_each([d for found in rounds for d in found])
+
+
+def _first_of_each(docs: list[Document]) -> list[Document]:
+    seen: set[tuple[str | None, str | None]] = set()
+    kept = []
+    for doc in docs:
+        key = (doc.id, doc.content)
+        if key in seen and key != (None, None):
+            continue
+        seen.add(key)
+        kept.append(doc)
+    return kept

@@ -15,7 +15,10 @@ neither, the server answers 500 so that a test that forgot to script a reply fai
 receiving an invented answer. Every request is recorded (`requests`), replies included.
 
 It speaks `POST /v1/chat/completions` (plain JSON, and server-sent events when `"stream": true`,
-with a final usage chunk when `stream_options.include_usage` is set) and `POST /v1/embeddings`.
+with a final usage chunk when `stream_options.include_usage` is set), `POST /v1/responses` (the
+Responses API, plain JSON only: the same scripted replies, with `content` as an output message,
+`tool_calls` as `function_call` items and `output_items` put before them, for hosted tools' items
+such as a `file_search_call`) and `POST /v1/embeddings`.
 It uses only the standard library so that it starts in milliseconds.
 """
 
@@ -35,7 +38,7 @@ from typing import Any
 
 @dataclass
 class ChatReply:
-    """One scripted chat.completions answer (or an error when `status` is not 200)."""
+    """One scripted model answer, to chat.completions or responses (or an error when `status` is not 200)."""
 
     content: str | None = ""
     prompt_tokens: int = 10
@@ -55,6 +58,9 @@ class ChatReply:
     headers: dict[str, str] = field(default_factory=dict)
     # `message.refusal` (the structured-output refusal field); content is usually None with it.
     refusal: str | None = None
+    # Responses API only: output items sent as they are before the reply's function calls and message
+    # (a hosted tool's call, e.g. {"type": "file_search_call", "queries": [...], "results": [...]}).
+    output_items: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -89,7 +95,8 @@ class OpenAIStub:
         self._lock = threading.Lock()
         self._counter = 0
         self._server: ThreadingHTTPServer | None = None
-        # Chat requests being answered right now, and the most seen at once (concurrency-limit tests).
+        # Model requests (chat or responses) being answered right now, and the most seen at once
+        # (concurrency-limit tests).
         self.in_flight = 0
         self.max_in_flight = 0
         self._thread: threading.Thread | None = None
@@ -106,6 +113,10 @@ class OpenAIStub:
     @property
     def chat_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    @property
+    def responses_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.split("?", 1)[0].endswith("/responses")]
 
     @property
     def pending(self) -> int:
@@ -137,12 +148,15 @@ class OpenAIStub:
                 with stub._lock:
                     stub.requests.append(request)
                 path = self.path.split("?", 1)[0]
-                if path.endswith("/chat/completions"):
+                if path.endswith(("/chat/completions", "/responses")):
                     with stub._lock:
                         stub.in_flight += 1
                         stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
                     try:
-                        stub._chat(self, request)
+                        if path.endswith("/responses"):
+                            stub._responses(self, request)
+                        else:
+                            stub._chat(self, request)
                     except (BrokenPipeError, ConnectionResetError):
                         pass  # the client gave up (a timeout test): nothing to answer
                     finally:
@@ -198,7 +212,9 @@ class OpenAIStub:
             return answer if isinstance(answer, ChatReply) else ChatReply(content=answer)
         return None
 
-    def _chat(self, handler: BaseHTTPRequestHandler, request: RecordedRequest) -> None:
+    def _scripted(self, handler: BaseHTTPRequestHandler, request: RecordedRequest) -> ChatReply | None:
+        """The reply to a model request after its delay, or None once an error has been answered (no
+        scripted reply, or a scripted error status)."""
         reply = self._next_reply(request)
         request.reply = reply
         if reply is not None and reply.delay > 0:
@@ -207,7 +223,7 @@ class OpenAIStub:
             self._send_json(
                 handler, 500, {"error": {"message": "OpenAIStub: no scripted reply", "type": "stub"}}
             )
-            return
+            return None
         if reply.status != 200:
             self._send_json(
                 handler,
@@ -215,6 +231,12 @@ class OpenAIStub:
                 {"error": {"message": reply.error_message, "type": "stub"}},
                 reply.headers,
             )
+            return None
+        return reply
+
+    def _chat(self, handler: BaseHTTPRequestHandler, request: RecordedRequest) -> None:
+        reply = self._scripted(handler, request)
+        if reply is None:
             return
         body = request.json if isinstance(request.json, dict) else {}
         model = reply.model or str(body.get("model") or "stub-model")
@@ -244,6 +266,87 @@ class OpenAIStub:
                 ],
                 "usage": self._usage(reply),
                 "system_fingerprint": "fp_stub",
+            },
+            reply.headers,
+        )
+
+    def _responses(self, handler: BaseHTTPRequestHandler, request: RecordedRequest) -> None:
+        """`POST /v1/responses` (non-streaming): the reply as a Response object. Its output is
+        `output_items`, then one `function_call` per tool call, then the assistant message (when
+        `content` or `refusal` is set); `finish_reason="length"` makes it `incomplete`."""
+        body = request.json if isinstance(request.json, dict) else {}
+        if body.get("stream"):
+            message = "OpenAIStub: streamed responses are not supported"
+            self._send_json(handler, 400, {"error": {"message": message, "type": "stub"}})
+            return
+        reply = self._scripted(handler, request)
+        if reply is None:
+            return
+        if reply.raw is not None:
+            self._send_json(handler, 200, reply.raw, reply.headers)
+            return
+        model = reply.model or str(body.get("model") or "stub-model")
+        with self._lock:
+            self._counter += 1
+            counter = self._counter
+        response_id = reply.response_id or f"resp_stub{counter}"
+        output: list[dict[str, Any]] = list(reply.output_items or [])
+        for call in reply.tool_calls or []:
+            function = call.get("function", {})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_stub{counter}_{len(output)}",
+                    "call_id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": function.get("arguments", "{}"),
+                    "status": "completed",
+                }
+            )
+        parts: list[dict[str, Any]] = []
+        if reply.content is not None:
+            parts.append({"type": "output_text", "text": reply.content, "annotations": [], "logprobs": []})
+        if reply.refusal is not None:
+            parts.append({"type": "refusal", "refusal": reply.refusal})
+        if parts:
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_stub{counter}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": parts,
+                }
+            )
+        truncated = reply.finish_reason == "length"
+        self._send_json(
+            handler,
+            200,
+            {
+                "id": response_id,
+                "object": "response",
+                "created_at": int(time.time()),
+                "status": "incomplete" if truncated else "completed",
+                "error": None,
+                "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
+                "instructions": body.get("instructions"),
+                "model": model,
+                "output": output,
+                "parallel_tool_calls": body.get("parallel_tool_calls", True),
+                "tool_choice": body.get("tool_choice", "auto"),
+                "tools": body.get("tools", []),
+                "temperature": body.get("temperature", 1.0),
+                "top_p": body.get("top_p", 1.0),
+                "metadata": body.get("metadata") or {},
+                "text": body.get("text") or {"format": {"type": "text"}},
+                "truncation": body.get("truncation") or "disabled",
+                "usage": {
+                    "input_tokens": reply.prompt_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": reply.completion_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                },
             },
             reply.headers,
         )

@@ -36,6 +36,8 @@ COMPILED_MODULES = [
     "semconv.documents",
     "semconv.mapping",
     "semconv.parallel_trees",
+    "semconv.tree",
+    "semconv.tools",
     "semconv.mappers.genai",
     "semconv.mappers.langfuse",
     "semconv.mappers.langsmith",

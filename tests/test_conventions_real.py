@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,19 +29,19 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import Runnable, RunnablePassthrough
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
-from opentelemetry import context as otel_context
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 
-from collector.otlp.batch import decode_request
-from collector.store.span_records import span_records
 from semconv import RagTrace, SpanRecord, Step
-from semconv.mapping import map_trace
+from tests.agentic import capture, no_leaked_context, only_trace
 from tests.helpers import doc_tuples, one_step, rag_step_kinds
 from tests.openai_stub import OpenAIStub
+
+__all__ = ["capture", "no_leaked_context"]  # the fixtures, shared with tests/test_agents_*.py
+
+# Fail a test whose library left an OTel context attached (tests/agentic.py).
+pytestmark = pytest.mark.usefixtures("no_leaked_context")
 
 QUESTION = "What is the refund window?"
 ANSWER = "You can get a refund within 30 days."
@@ -90,44 +89,6 @@ class KeywordEmbeddings(Embeddings):
 
 
 # -- plumbing -------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_context() -> Iterator[None]:
-    """Fail a test whose library left an OTel context attached (later tests' spans would get a parent
-    from it), and put the original context back so that the leak stops here."""
-    before = otel_context.get_current()
-    yield
-    if otel_context.get_current() is not before:
-        otel_context.attach(before)
-        pytest.fail("the test left an OpenTelemetry context attached")
-
-
-@pytest.fixture
-def capture() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    """A private SDK tracer provider (never the global one) writing to memory."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
-
-
-def received(exporter: InMemorySpanExporter) -> dict[str, list[SpanRecord]]:
-    """The exported spans as the collector would store them, by trace id (OTLP protobuf round trip)."""
-    batch = decode_request(encode_spans(exporter.get_finished_spans()))
-    grouped: dict[str, list[SpanRecord]] = defaultdict(list)
-    for record in span_records(batch.spans, batch.events):
-        grouped[record.trace_id].append(record)
-    return dict(grouped)
-
-
-def only_trace(exporter: InMemorySpanExporter) -> tuple[RagTrace, list[SpanRecord]]:
-    """The mapped trace when the test produced exactly one trace, with its span records."""
-    traces = received(exporter)
-    assert len(traces) == 1, f"expected one trace, got {len(traces)}: {[len(v) for v in traces.values()]}"
-    records = next(iter(traces.values()))
-    return map_trace(records), records
 
 
 def root_of(records: list[SpanRecord]) -> SpanRecord:

@@ -230,6 +230,8 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
         for table, column in (
             ("traces", "probe"), ("traces", "probe_run"), ("scores", "probe"),
             ("score_aggregate_parts", "probe"), ("alerts", "slice"), ("alert_events", "slice"),
+            ("traces", "tool_calls"), ("traces", "tool_errors"), ("traces", "retrieval_rounds"),
+            ("traces", "llm_calls"), ("steps", "tool_name"), ("steps", "result_size"),
         ):  # fmt: skip
             con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         con.execute("DROP TABLE probe_runs")

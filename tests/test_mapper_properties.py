@@ -106,6 +106,8 @@ PLAIN_KEYS = [
     "reranker.model_name",
     "reranker.query",
     "tool.name",
+    "tool.description",
+    "gen_ai.tool.description",
     "session.id",
     "traceloop.entity.input",
     "traceloop.entity.output",
@@ -340,7 +342,35 @@ doc_payload = st.one_of(
     doc_list.map(lambda docs: {"documents": docs}),
     st.tuples(doc_list).map(lambda t: {"nodes": t[0]}),
 )
-doc_values = st.one_of(doc_payload, doc_payload.map(json.dumps), doc_payload.map(repr), values)
+# Tool results: document lists under the wrappers agents use, MCP `CallToolResult`s, object reprs.
+mcp_block = st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, st.one_of(short_text, doc_list.map(json.dumps))),
+    st.builds(
+        lambda uri, t: {"type": "resource", "resource": {"uri": uri, "text": t}}, short_text, short_text
+    ),
+    st.fixed_dictionaries({"type": short_text}),
+)
+tool_payload = st.one_of(
+    st.tuples(st.sampled_from(["results", "hits", "chunks", "matches", "data"]), doc_list).map(
+        lambda t: {t[0]: t[1]}
+    ),
+    st.fixed_dictionaries(
+        {"content": st.lists(mcp_block, max_size=3)},
+        optional={"isError": st.booleans(), "structuredContent": doc_payload},
+    ),
+    doc_list.map(lambda docs: repr(docs).replace("{", "Document(**{")),  # not a readable repr
+    st.lists(st.tuples(short_text, short_text), max_size=3).map(
+        lambda pairs: "[" + ", ".join(f"Document(id={i!r}, page_content={t!r})" for i, t in pairs) + "]"
+    ),
+)
+doc_values = st.one_of(
+    doc_payload,
+    doc_payload.map(json.dumps),
+    doc_payload.map(repr),
+    tool_payload,
+    tool_payload.map(lambda v: v if isinstance(v, str) else json.dumps(v)),
+    values,
+)
 token_values = st.one_of(st.integers(-1, 10**6), st.integers(0, 10**6).map(str), values)
 usage_values = st.one_of(
     st.dictionaries(st.sampled_from(["input", "output", "total"]), token_values).map(json.dumps), values
@@ -348,6 +378,7 @@ usage_values = st.one_of(
 TOKEN_KEYS = {k for k in PLAIN_KEYS if "tokens" in k or "token_count" in k}
 DOCUMENT_KEYS = {
     "gen_ai.retrieval.documents",
+    "gen_ai.tool.call.result",
     "output.value",
     "traceloop.entity.output",
     "gen_ai.task.output",
@@ -411,8 +442,17 @@ def _with(fixed: dict[str, Any], **drawn: st.SearchStrategy[Any]) -> st.SearchSt
     return st.fixed_dictionaries({**{k: st.just(v) for k, v in fixed.items()}, **drawn})
 
 
-# Spans shaped like each convention's retrieval, rerank and LLM spans (then mixed with random keys).
+# Spans shaped like each convention's retrieval, rerank, LLM and tool spans (then mixed with random keys).
 templates = st.one_of(
+    _with(
+        {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_docs"},
+        **{"gen_ai.tool.call.result": doc_values, "gen_ai.tool.call.arguments": values},
+    ),
+    _with({"openinference.span.kind": "TOOL", "tool.name": "kb_lookup"}, **{"output.value": doc_values}),
+    _with(
+        {"traceloop.span.kind": "tool", "traceloop.entity.name": "query_kb"},
+        **{"traceloop.entity.output": doc_values},
+    ),
     _with({"gen_ai.operation.name": "retrieval"}, **{"gen_ai.retrieval.documents": doc_values}),
     st.tuples(_with({"openinference.span.kind": "RETRIEVER"}), _flattened("retrieval.documents.")),
     st.tuples(
@@ -505,14 +545,20 @@ _NOTHING = object()
 def _parse(text: str) -> Any:
     """JSON or a Python literal inside a string, as any reader might find it; _NOTHING if neither."""
     stripped = text.strip()
-    if not stripped or stripped[0] not in "[{\"'(":
+    if not stripped or not (stripped[0] in "[{\"'(" or stripped[0].isalpha()):
         return _NOTHING
-    for parse in (json.loads, ast.literal_eval):
+    for parse in (json.loads, ast.literal_eval, _repr_constants):
         try:
             return parse(stripped)
         except Exception:  # any failure means 'not this format'; RecursionError included
             continue
     return _NOTHING
+
+
+def _repr_constants(text: str) -> list[Any]:
+    """Every literal in an object repr (`[Document(id='a', ...)]`), found by Python's own parser."""
+    tree = ast.parse(text, mode="eval")
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)]
 
 
 def _number(value: Any) -> float | None:
@@ -613,7 +659,14 @@ def test_mapped_trace_keeps_its_invariants(trace_spans: list[SpanRecord]) -> Non
         (s.start_us or 0, s.span_id) for s in trace.steps
     )
 
-    step_spans = [span_id for s in trace.steps for span_id in s.span_ids]
+    # A search the model ran itself (a hosted tool) is a retrieval step sharing its LLM step's span,
+    # just before it; no other span is in two steps.
+    llm_spans = {s.span_id for s in trace.steps if s.kind == "llm"}
+    hosted = [s for s in trace.steps if s.kind == "retrieval" and s.tool_name and s.span_id in llm_spans]
+    for step in hosted:
+        following = trace.steps[step.position + 1 :]
+        assert any(s.kind == "llm" and s.span_id == step.span_id for s in following)
+    step_spans = [span_id for s in trace.steps if s not in hosted for span_id in s.span_ids]
     assert len(step_spans) == len(set(step_spans)), "a span is in two steps"
     assert set(step_spans) <= input_ids
     for step in trace.steps:
@@ -639,6 +692,14 @@ def test_mapped_trace_keeps_its_invariants(trace_spans: list[SpanRecord]) -> Non
         assert getattr(trace, field) == (sum(counts) if counts else None)
     if not any(s.kind in ("retrieval", "rerank", "llm", "embedding") for s in trace.steps):
         assert trace.convention == "unknown"
+    # The agent counts are counts of the steps they name.
+    assert trace.tool_calls == sum(1 for s in trace.steps if s.tool_name is not None)
+    assert trace.retrieval_rounds == len(trace.steps_of("retrieval"))
+    called = [s for s in llms if s.output or s.input_tokens is not None or s.output_tokens is not None]
+    assert trace.llm_calls == len(called)
+    for step in trace.steps:
+        assert step.tool_name is None or step.kind in ("tool", "retrieval")
+        assert step.result_size is None or step.result_size >= 0
 
 
 # --------------------------------------------------------------------------- regressions

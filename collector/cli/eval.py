@@ -89,7 +89,10 @@ def eval_suite(
         judge = open_judge(config.judge) if config.judge.model else None
     try:
         results = _run(
-            config, suite, judge, lambda path, trace_id: read_trace(suite_file.parent / path, trace_id)
+            config,
+            suite,
+            judge,
+            lambda path, trace_id: read_trace(suite_file.parent / path, trace_id, config.mapping.options()),
         )
     except ValueError as exc:
         raise click.ClickException(f"{suite_file}: {exc}") from None

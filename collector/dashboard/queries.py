@@ -82,11 +82,13 @@ def dimension_values_sql(window: Window, scope: Scope, dimension: str) -> str:
     return slice_values_sql(window, scope, dimension)
 
 
-# Over a set of `traces` rows: how many, how many failed, and their latency (total, retrieval, generation).
+# Over a set of `traces` rows: how many, how many failed, their latency (total, retrieval, generation),
+# and their tool calls and failed tool calls (agents).
 _TRAFFIC = (
     "count(*) AS traces, count(*) FILTER (status = 'error') AS errors, "
     "quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms, "
-    "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms"
+    "avg(retrieval_ms) AS retrieval_ms, avg(generation_ms) AS generation_ms, "
+    "coalesce(sum(tool_calls), 0) AS tool_calls, coalesce(sum(tool_errors), 0) AS tool_errors"
 )
 
 
@@ -241,15 +243,17 @@ def trace_sql(trace_id: str) -> str:
 def steps_sql(trace_id: str) -> str:
     return (
         "SELECT span_id, parent_span_id, position, kind, name, model, provider, query, input, output, "
-        "start_time, end_time, duration_ms, input_tokens, output_tokens, status "
+        "start_time, end_time, duration_ms, input_tokens, output_tokens, status, tool_name, result_size "
         f"FROM steps WHERE trace_id = {sql_string(trace_id)} ORDER BY position"
     )
 
 
 def documents_sql(trace_id: str) -> str:
+    """The trace's documents in step order (an agent's retrieval rounds as they happened)."""
     return (
-        "SELECT span_id, stage, rank, doc_id, content, score FROM documents "
-        f"WHERE trace_id = {sql_string(trace_id)} ORDER BY span_id, stage, rank"
+        "SELECT d.span_id, d.stage, d.rank, d.doc_id, d.content, d.score FROM documents d "
+        "LEFT JOIN steps s ON s.trace_id = d.trace_id AND s.span_id = d.span_id "
+        f"WHERE d.trace_id = {sql_string(trace_id)} ORDER BY s.position, d.span_id, d.stage, d.rank"
     )
 
 

@@ -65,6 +65,7 @@ from collector.store.base import Store
 from collector.store.span_records import SPAN_COLUMNS
 from collector.store.trace_rows import concat_trace_tables
 from collector.telemetry import Metrics
+from semconv.options import DEFAULT_OPTIONS, MappingOptions
 
 T = TypeVar("T")
 
@@ -233,8 +234,10 @@ class TraceAssembler:
         dimensions: Sequence[Dimension] = (),
         caps: SliceCaps | None = None,
         spill: SpillDirectory | None = None,
+        mapping: MappingOptions = DEFAULT_OPTIONS,
     ) -> None:
         self._config = config
+        self._mapping = mapping  # `mapping:`, sent with every job
         # Where batches past `max_held_spans` wait for assembly (None: read back from the store).
         self._spill = spill
         # Slice dimensions the mapping job reads, and the cap on their values applied here.
@@ -700,6 +703,7 @@ class TraceAssembler:
             int(time.time() * 1_000_000),
             self._cases_version,
             dimensions=self._dimensions,
+            mapping=self._mapping,
         )
         return _Prepared(job, counts, started)
 

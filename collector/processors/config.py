@@ -1,4 +1,4 @@
-"""The processors' config sections: `assembler:`, `sampling:`, `scoring:` and `redaction:`."""
+"""The processors' config sections: `assembler:`, `mapping:`, `sampling:`, `scoring:` and `redaction:`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from collector.config_base import Section
 from collector.processors.redaction import NamedPattern, Redactor, check_pattern
+from semconv.options import MappingOptions
 
 
 class AssemblerConfig(Section):
@@ -46,6 +47,28 @@ class AssemblerConfig(Section):
     # CPU, receiving keeps more of it; assembly catches up when the load drops.
     thread_nice: int = Field(10, ge=0, le=19)
     enabled: bool = True
+
+
+class MappingConfig(Section):
+    """`mapping:`: which tool calls are retrievals (docs/conventions.md, "Agents and tools")."""
+
+    # Tool names or globs (`search_*`, `*_kb`) whose calls are retrieval steps, whatever they return.
+    retrieval_tools: list[str] = Field(default_factory=list)
+    # Also a tool whose name or description says search / retrieve / lookup / query / knowledge and
+    # whose result reads as documents.
+    detect_retrieval_tools: bool = True
+
+    @field_validator("retrieval_tools")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name.strip():
+                raise ValueError("a tool name or glob must not be empty")
+        return value
+
+    def options(self) -> MappingOptions:
+        """The options `semconv.map_trace` reads."""
+        return MappingOptions(tuple(self.retrieval_tools), self.detect_retrieval_tools)
 
 
 class SamplingRuleMatch(Section):

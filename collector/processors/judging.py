@@ -37,6 +37,7 @@ from collector.telemetry import Metrics
 from evaluators.scores import Score
 from evaluators.text import Evaluator
 from semconv import RagTrace, map_trace
+from semconv.options import DEFAULT_OPTIONS, MappingOptions
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,10 @@ class JudgeStage:
         export_events: bool,
         clock: Callable[[], float] = time.monotonic,
         redactor: Redactor | None = None,
+        mapping: MappingOptions = DEFAULT_OPTIONS,
     ) -> None:
         self._store = store
+        self._mapping = mapping  # `mapping:`: the traces are mapped again as the assembler mapped them
         # `redaction.apply_to: [judge]`: the traces are mapped from redacted copies of their spans.
         self._redactor = redactor
         # (score name, evaluator): the name labels the error score of an evaluator that raised.
@@ -166,7 +169,7 @@ class JudgeStage:
             if self._redactor is not None:
                 records = self._redactor.redact_records(records)
                 expected_answer = expected_answer and self._redactor.redact(expected_answer)
-            trace = map_trace(records)
+            trace = map_trace(records, self._mapping)
             expected = row["expected_documents"]
             trace.expected_documents = orjson.loads(expected) if expected else None
             trace.expected_answer = expected_answer

@@ -28,6 +28,7 @@ from collector.store.span_records import last_received, records_by_trace, span_r
 from collector.store.trace_rows import AssembledTrace, TraceTables, concat_trace_tables, trace_tables
 from evaluators.text import Evaluator
 from semconv import RagTrace, map_trace
+from semconv.options import DEFAULT_OPTIONS, MappingOptions
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class MapJob:
     cases_version: int
     cases: CaseIndex | None = None  # None: the worker's cached index (same version) still holds
     dimensions: tuple[Dimension, ...] = ()  # `monitoring.dimensions`: columns the traces rows get
+    mapping: MappingOptions = DEFAULT_OPTIONS  # `mapping:`: which tool calls are retrievals
 
 
 @dataclass
@@ -153,7 +155,7 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
         for trace_id in trace_ids[start : start + MAP_CHUNK]:
             spans = by_trace.pop(trace_id)
             reason, count = job.traces[trace_id]
-            trace = map_trace(spans)
+            trace = map_trace(spans, job.mapping)
             item = AssembledTrace(trace, reason, count, received.get(trace_id))
             item.case_match = match_case(trace, cases)
             item.slices = trace_slices(trace.root_span_id, spans, job.dimensions, resources)

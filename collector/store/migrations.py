@@ -21,6 +21,7 @@ from collector.store.tables import (
     SCORES,
     SPAN_EVENTS,
     SPAN_EVENTS_VIEW,
+    STEPS,
     TRACES,
     WRITEBACK_SOURCE,
     Table,
@@ -196,6 +197,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # (the view makes each again from its score, with the same attributes).
         "ALTER TABLE span_events RENAME TO received_span_events;\n"
         f"DELETE FROM received_span_events WHERE source = '{WRITEBACK_SOURCE}';\n" + SPAN_EVENTS_VIEW,
+    ),
+    (
+        9,
+        "agents: tool calls and errors, retrieval rounds, LLM calls per trace; tool and result size per step",
+        add_columns(TRACES, "tool_calls", "tool_errors", "retrieval_rounds", "llm_calls")
+        + "\n"
+        + add_columns(STEPS, "tool_name", "result_size"),
     ),
 ]
 

@@ -232,6 +232,11 @@ TRACES = Table(
         # own traffic. Read from the `rag.probe` / `rag.probe.run` attributes of the probe's span.
         ("probe", "VARCHAR", "", 7),
         ("probe_run", "VARCHAR", "", 7),
+        # Agents: tool calls (retrievals through tools included), retrieval steps, LLM calls.
+        ("tool_calls", "INTEGER", "", 9),
+        ("tool_errors", "INTEGER", "", 9),
+        ("retrieval_rounds", "INTEGER", "", 9),
+        ("llm_calls", "INTEGER", "", 9),
     ),
 )
 
@@ -258,6 +263,9 @@ STEPS = Table(
         ("total_tokens", "BIGINT"),
         ("status", "VARCHAR"),
         ("span_ids", "VARCHAR[]"),
+        # A tool call's tool (also on a retrieval made through a tool) and its result's characters.
+        ("tool_name", "VARCHAR", "", 9),
+        ("result_size", "BIGINT", "", 9),
     ),
 )
 

@@ -137,6 +137,10 @@ def trace_tables(
         "scored_at": [now_us if a.scored else None for a in assembled],
         "probe": [s.probe for s in slices],
         "probe_run": [s.probe_run for s in slices],
+        "tool_calls": [t.tool_calls for t in traces],
+        "tool_errors": [t.tool_errors for t in traces],
+        "retrieval_rounds": [t.retrieval_rounds for t in traces],
+        "llm_calls": [t.llm_calls for t in traces],
     }
     step_columns: dict[str, list[Any]] = {
         "trace_id": [trace_id for trace_id, _ in steps],
@@ -159,6 +163,8 @@ def trace_tables(
         "total_tokens": [s.total_tokens for _, s in steps],
         "status": [s.status for _, s in steps],
         "span_ids": [s.span_ids for _, s in steps],
+        "tool_name": [s.tool_name for _, s in steps],
+        "result_size": [s.result_size for _, s in steps],
     }
     doc_columns: dict[str, list[Any]] = {
         "trace_id": [d[0] for d in docs],

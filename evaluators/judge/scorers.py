@@ -55,7 +55,14 @@ from pydantic import BaseModel
 from semconv.models import Document, RagTrace
 
 from ..scores import Score, ScoreItem
-from ..text import DEFAULT_MIN, FAITHFULNESS_ALIASES, claims, no_document_text, rank_aware_precision
+from ..text import (
+    DEFAULT_MIN,
+    FAITHFULNESS_ALIASES,
+    claims,
+    no_document_text,
+    no_retrieval,
+    rank_aware_precision,
+)
 from .client import JudgeClient, JudgeResult
 from .fence import ClippedDocument, FencedInputs, fence_inputs, neutralize
 from .prompts import (
@@ -358,6 +365,8 @@ def make_judge_faithfulness(
     judge = _Asker(client, name, threshold)
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         answer = trace.answer
         if answer is None or not answer.strip():
             return Score.skip(name, "no_answer", "the trace has no answer to check", threshold=threshold)
@@ -469,6 +478,8 @@ def make_judge_context_relevance(
     judge = _Asker(client, name, threshold)
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         question = trace.question
         if question is None or not question.strip():
             return Score.skip(name, "no_question", "the trace has no question", threshold=threshold)
@@ -526,6 +537,8 @@ def make_judge_context_recall(client: JudgeClient, min: float | None = None) -> 
     judge = _Asker(client, name, threshold)
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         expected = trace.expected_answer
         if _blank(expected):
             return Score.skip(name, "no_reference", "the trace has no expected answer", threshold=threshold)
@@ -586,6 +599,8 @@ def make_judge_context_precision(client: JudgeClient, min: float | None = None) 
     judge = _Asker(client, name, threshold)
 
     def evaluate(trace: RagTrace) -> Score:
+        if not trace.has_retrieval:
+            return no_retrieval(name, threshold)
         if _blank(trace.question):
             return Score.skip(name, "no_question", "the trace has no question", threshold=threshold)
         expected, answer = trace.expected_answer, trace.answer

@@ -97,6 +97,12 @@ def _messages(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
 
 def llm_output(attrs: dict[str, Any]) -> str | None:
     messages = _messages(attrs, "llm.output_messages.")
+    if len(messages) > 1:  # a response with items (a hosted tool's call and result, then the answer)
+        for message in reversed(messages):
+            if lower(message.get("message.role")) in (None, "assistant"):
+                content = _message_content(message)
+                if content:
+                    return content
     if messages:
         return _message_content(messages[0])
     choices = unflatten(attrs, "llm.choices.")
@@ -113,6 +119,8 @@ def llm_output_value(attrs: dict[str, Any]) -> str | None:
     answer = text(value)
     if answer and answer.startswith("assistant: "):  # LlamaIndex client spans
         answer = answer.removeprefix("assistant: ")
+        if answer == "None":  # a turn with tool calls and no text: `assistant: None`
+            return None
     return answer
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from semconv.reprs import looks_like_repr
 from semconv.values import is_absent, parse_structured, text
 
 QUESTION_KEYS = (
@@ -16,6 +17,7 @@ QUESTION_KEYS = (
     "str_or_query_bundle",
     "prompt",
     "q",
+    "task",  # smolagents' `agent.run(task)`
 )
 ANSWER_KEYS = ("answer", "output", "result", "response", "text", "content", "output_text", "completion")
 # Payload wrappers (LangChain `{"inputs": ...}` / `{"outputs": ...}`); `kwargs` holds call options
@@ -116,7 +118,16 @@ def _search(
         if key in value and not is_absent(value[key]) and (found := again(value[key])):
             return found
     payload = [v for k, v in value.items() if k not in IGNORED_KEYS]
-    return again(payload[0]) if len(payload) == 1 else None
+    if len(payload) == 1:
+        return again(payload[0])
+    # A pipeline's inputs or outputs by component (`{"retriever": {"query": ...}, "llm": {...}}`):
+    # the first component that has one of `keys`.
+    if payload and all(isinstance(v, Mapping) for v in payload):
+        for component in payload:
+            for key in keys:
+                if key in component and not is_absent(component[key]) and (found := again(component[key])):
+                    return found
+    return None
 
 
 def _question_shapes(value: Mapping[str, Any], again: Search) -> tuple[bool, str | None]:
@@ -162,3 +173,13 @@ def messages_text(messages: Any) -> str | None:
             role = _role(message)
             lines.append(f"{role}: {body}" if role else body)
     return "\n".join(lines) or None
+
+
+def plain_text(value: str | None) -> str | None:
+    """`value` when it reads as prose; None when it is a JSON object or array, or a framework
+    object's repr (`ChatMessage(_role=..., ...)`): a payload an answer could not be read from."""
+    if value is None:
+        return None
+    if isinstance(parse_structured(value), Mapping | list) or looks_like_repr(value):
+        return None
+    return value

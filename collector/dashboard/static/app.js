@@ -360,6 +360,9 @@ function overviewView(o, regressions, view = null) {
   out.push(h("div", { class: "kpis" },
     kpi("traces", fmtNum(t.traces)),
     kpi("trace errors", fmtNum(t.errors)),
+    h("div", { class: "kpi", "data-kpi": "tool-errors" },
+      h("div", { class: "value" }, t.tool_calls ? fmtPct(t.tool_errors / t.tool_calls) : "—"),
+      h("div", { class: "label" }, "tool error rate", h("div", { class: "small muted" }, `${fmtNum(t.tool_errors)} of ${fmtNum(t.tool_calls)} tool calls`))),
     kpi("p50 latency", fmtMs(t.p50_ms)),
     kpi("p95 latency", fmtMs(t.p95_ms)),
     kpi("judge calls", fmtNum(o.judge.calls)),
@@ -595,7 +598,7 @@ function traceView(d) {
     t.mapping_error ? [h("div", { class: "k" }, "mapping error"), h("div", {}, t.mapping_error)] : null));
 
   out.push(h("h2", {}, "Steps"));
-  out.push(timeline(t, d.steps));
+  out.push(timeline(t, d.steps, d.documents));
   out.push(h("h2", {}, "Documents"));
   out.push(documentsView(d.documents));
   out.push(h("h2", {}, "Scores"));
@@ -603,20 +606,33 @@ function traceView(d) {
   return out;
 }
 
-function timeline(t, steps) {
+function timeline(t, steps, documents = []) {
   if (!steps.length) return h("p", { class: "muted" }, "No RAG step was mapped from this trace's spans.");
   const start = parseTime(t.start_time).getTime();
   const total = Math.max(1, t.duration_ms || 1);
+  let round = 0;
   return h("div", { class: "panel timeline" }, steps.map((s) => {
     const offset = s.start_time ? (parseTime(s.start_time).getTime() - start) : 0;
     const left = Math.min(100, Math.max(0, (offset / total) * 100));
     const width = Math.max(0.3, Math.min(100 - left, ((s.duration_ms || 0) / total) * 100));
     const kind = ["retrieval", "rerank", "llm", "tool", "embedding"].includes(s.kind) ? s.kind : "other";
     const tokens = s.input_tokens || s.output_tokens ? ` · ${fmtNum(s.input_tokens)}/${fmtNum(s.output_tokens)} tok` : "";
-    return h("div", { class: "row" },
-      h("div", { class: "clip", title: s.name || "" }, h("b", {}, s.kind), " ", s.name || "", s.model ? ` (${s.model})` : ""),
+    const failed = (s.status || "").toLowerCase() === "error";
+    const label = s.kind === "retrieval" ? `retrieval ${++round}` : s.kind;
+    const what = s.tool_name ? [" ", h("code", {}, s.tool_name)] : [" ", s.name || ""];
+    const docs = s.kind === "retrieval" || s.kind === "rerank"
+      ? documents.filter((d) => d.span_id === s.span_id && d.stage === "retrieved") : [];
+    return h("div", { class: `row${failed ? " failed" : ""}`, "data-kind": s.kind },
+      h("div", { class: "clip", title: s.name || "" }, h("b", {}, label), ...what, s.model ? ` (${s.model})` : ""),
       h("div", { class: "track" }, h("div", { class: `span k-${kind}`, style: `left:${left}%;width:${width}%` })),
-      h("div", { class: "num muted" }, fmtMs(s.duration_ms), tokens, s.status === "error" ? " · error" : ""));
+      h("div", { class: "num muted" }, fmtMs(s.duration_ms), tokens,
+        failed ? [" ", h("span", { class: "badge fail" }, s.tool_name ? "tool failed" : "error")] : ""),
+      s.tool_name && s.kind === "tool" && s.input ? h("div", { class: "detail muted" }, `arguments ${s.input.length > 160 ? `${s.input.slice(0, 160)}…` : s.input}`
+        + (s.result_size !== null && s.result_size !== undefined ? ` · result ${fmtNum(s.result_size)} chars` : "")) : null,
+      s.query || docs.length ? h("div", { class: "detail round" },
+        s.query ? h("span", { class: "muted" }, `query “${s.query.length > 120 ? `${s.query.slice(0, 120)}…` : s.query}” · `) : null,
+        h("span", { class: "muted" }, `${docs.length} document${docs.length === 1 ? "" : "s"}`),
+        docs.map((d) => h("span", { class: `doc${d.expected === true ? " expected" : ""}`, title: d.content || "" }, `#${d.rank} ${d.doc_id || "—"}`))) : null);
   }));
 }
 
