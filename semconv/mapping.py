@@ -22,7 +22,7 @@ from semconv.mappers.text_fields import plain_text, question_text
 from semconv.models import RAG_STEP_KINDS, STEP_KINDS, Document, RagTrace, SpanRecord, Step
 from semconv.options import DEFAULT_OPTIONS, MappingOptions
 from semconv.parallel_trees import merge_parallel_duplicates
-from semconv.tree import Node, build_tree, group, is_leaf, start_key, unlink
+from semconv.tree import Node, build_tree, group, is_leaf, start_key, unique_spans, unlink
 from semconv.values import integer, is_absent, lower, string_list, text
 
 log = logging.getLogger(__name__)
@@ -189,17 +189,26 @@ def tokens(attrs: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
     return input_tokens, output_tokens, total
 
 
+# The readers below try their sources in order with plain statements, not `_first(lambda ...)`:
+# they run for every span, and a closure per source (built whether it is tried or not) and a call
+# through it cost about a tenth of the mapping.
+
+
 def retrieval_query(span: SpanRecord) -> str | None:
     a = span.attributes
-    found = _first(
-        lambda: genai.retrieval_query(a),
-        lambda: openinference.retrieval_query(a),
-        lambda: openllmetry.retrieval_query(a),
-        lambda: langsmith.retrieval_query(a),
-        lambda: langfuse.retrieval_query(a),
-        lambda: text(a.get("reranker.query")),
-        lambda: text(a.get("db.marqo.search.query")),
-    )
+    found = genai.retrieval_query(a)
+    if is_absent(found):
+        found = openinference.retrieval_query(a)
+    if is_absent(found):
+        found = openllmetry.retrieval_query(a)
+    if is_absent(found):
+        found = langsmith.retrieval_query(a)
+    if is_absent(found):
+        found = langfuse.retrieval_query(a)
+    if is_absent(found):
+        found = text(a.get("reranker.query"))
+    if is_absent(found):
+        found = text(a.get("db.marqo.search.query"))
     return text(found)
 
 
@@ -209,19 +218,21 @@ def retrieval_documents(span: SpanRecord, kind: str) -> tuple[list[Document], li
     input_docs: list[Document] = []
     if kind == "rerank":
         input_docs = openinference.reranker_documents(a, "input")
-    found: list[Document] = (
-        _first(
-            lambda: genai.retrieval_documents(a),
-            lambda: openinference.retrieval_documents(a),
-            lambda: openinference.reranker_documents(a, "output") if kind == "rerank" else [],
-            lambda: openllmetry.entity_documents(a),
-            lambda: openllmetry.event_documents(span.events),
-            lambda: langsmith.completion_documents(a),
-            lambda: langfuse.output_documents(a),
-            lambda: openinference.output_documents(a),
-        )
-        or []
-    )
+    found = genai.retrieval_documents(a)
+    if not found:
+        found = openinference.retrieval_documents(a)
+    if not found and kind == "rerank":
+        found = openinference.reranker_documents(a, "output")
+    if not found:
+        found = openllmetry.entity_documents(a)
+    if not found:
+        found = openllmetry.event_documents(span.events)
+    if not found:
+        found = langsmith.completion_documents(a)
+    if not found:
+        found = langfuse.output_documents(a)
+    if not found:
+        found = openinference.output_documents(a)
     if all(d.id is not None for d in found):
         return found, input_docs
     output_docs = openinference.output_documents(a) or langsmith.completion_documents(a)
@@ -230,32 +241,38 @@ def retrieval_documents(span: SpanRecord, kind: str) -> tuple[list[Document], li
 
 def llm_output(span: SpanRecord) -> str | None:
     a = span.attributes
-    return text(
-        _first(
-            lambda: genai.llm_output(a),
-            lambda: openinference.llm_output(a),
-            lambda: openllmetry.llm_output(a),
-            lambda: genai.event_output(span.events),
-            lambda: langsmith.llm_output(a) if langsmith.SPAN_KIND in a else None,
-            lambda: langfuse.llm_output(a),
-            lambda: openinference.llm_output_value(a),
-        )
-    )
+    found = genai.llm_output(a)
+    if is_absent(found):
+        found = openinference.llm_output(a)
+    if is_absent(found):
+        found = openllmetry.llm_output(a)
+    if is_absent(found):
+        found = genai.event_output(span.events)
+    if is_absent(found) and langsmith.SPAN_KIND in a:
+        found = langsmith.llm_output(a)
+    if is_absent(found):
+        found = langfuse.llm_output(a)
+    if is_absent(found):
+        found = openinference.llm_output_value(a)
+    return text(found)
 
 
 def llm_input(span: SpanRecord) -> str | None:
     a = span.attributes
-    return text(
-        _first(
-            lambda: genai.llm_input(a),
-            lambda: openinference.llm_input(a),
-            lambda: openllmetry.llm_input(a),
-            lambda: genai.event_input(span.events),
-            lambda: langsmith.llm_input(a),
-            lambda: langfuse.llm_input(a),
-            lambda: text(a.get("input.value")),
-        )
-    )
+    found = genai.llm_input(a)
+    if is_absent(found):
+        found = openinference.llm_input(a)
+    if is_absent(found):
+        found = openllmetry.llm_input(a)
+    if is_absent(found):
+        found = genai.event_input(span.events)
+    if is_absent(found):
+        found = langsmith.llm_input(a)
+    if is_absent(found):
+        found = langfuse.llm_input(a)
+    if is_absent(found):
+        found = text(a.get("input.value"))
+    return text(found)
 
 
 def first_user_message(span: SpanRecord) -> str | None:
@@ -452,22 +469,25 @@ def _with_hosted_retrievals(steps: list[Step], nodes: list[Node], options: Mappi
     """`steps` with a retrieval step before each LLM step for each search the model ran itself
     (a hosted tool, OpenAI's file search: its call and results are in the LLM span's output, with
     no span of their own). The retrieval step shares the LLM step's span."""
-    spans: dict[str, SpanRecord] | None = None
+    hosted: dict[str, list[tools.HostedCall]] = {}
+    for node in nodes:
+        if node.kind == "llm":
+            calls = tools.hosted_calls(node.span.attributes)
+            if calls:
+                hosted[node.span.span_id] = calls
+    if not hosted:
+        return steps
     result: list[Step] = []
     for step in steps:
-        if step.kind == "llm":
-            if spans is None:
-                spans = {n.span.span_id: n.span for n in nodes}
-            span = spans.get(step.span_id)
-            if span is not None:
-                result.extend(_hosted_retrievals(step, span, options))
+        if step.kind == "llm" and step.span_id in hosted:
+            result.extend(_hosted_retrievals(step, hosted[step.span_id], options))
         result.append(step)
     return result
 
 
-def _hosted_retrievals(llm: Step, span: SpanRecord, options: MappingOptions) -> list[Step]:
+def _hosted_retrievals(llm: Step, calls: list[tools.HostedCall], options: MappingOptions) -> list[Step]:
     found = []
-    for name, arguments, result in tools.hosted_calls(span.attributes):
+    for name, arguments, result in calls:
         named = tools.is_named_retrieval(name, options)
         if not named and not (options.detect_retrieval_tools and tools.says_retrieval(name, None)):
             continue
@@ -542,28 +562,33 @@ def _any_attr(nodes: list[Node], key: str) -> Any:
 def _question(root: Node, nodes: list[Node], steps: list[Step]) -> str | None:
     a = root.span.attributes
     root_is_step = root.kind in ("llm", "retrieval", "rerank")
-    llms = [s for s in steps if s.kind == "llm"]
-    return text(
-        _first(
-            lambda: text(_any_attr(nodes, names.RAG_QUESTION)),
-            lambda: None if root_is_step and root.kind == "llm" else openinference.trace_question(a),
-            # An agent's or a pipeline's root with the user's messages (`invoke_agent`, AGENT spans).
-            lambda: None if root_is_step else first_user_message(root.span),
-            lambda: (
-                langfuse.trace_question(a)
-                or _first_of(nodes, lambda n: langfuse.trace_question(n.span.attributes))
-            ),
-            lambda: None if root_is_step else langfuse.root_question(a),
-            lambda: openllmetry.trace_question(a),
-            lambda: None if root_is_step else langsmith.trace_question(a),
-            # The first LLM call with a user message (a framework's span that only prepares the
-            # request, LlamaIndex's `_prepare_chat_with_tools`, has none).
-            lambda: _first_of((n for n in nodes if n.kind == "llm"), lambda n: first_user_message(n.span)),
-            # A tool's arguments are the agent's words, not the user's: never the question.
-            lambda: _first_retrieval_query(nodes, steps),
-            lambda: question_text(llms[0].input) if llms else None,
+    found = text(_any_attr(nodes, names.RAG_QUESTION))
+    if is_absent(found) and root.kind != "llm":
+        found = openinference.trace_question(a)
+    if is_absent(found) and not root_is_step:
+        # An agent's or a pipeline's root with the user's messages (`invoke_agent`, AGENT spans).
+        found = first_user_message(root.span)
+    if is_absent(found):
+        found = langfuse.trace_question(a) or _first_of(
+            nodes, lambda n: langfuse.trace_question(n.span.attributes)
         )
-    )
+    if is_absent(found) and not root_is_step:
+        found = langfuse.root_question(a)
+    if is_absent(found):
+        found = openllmetry.trace_question(a)
+    if is_absent(found) and not root_is_step:
+        found = langsmith.trace_question(a)
+    if is_absent(found):
+        # The first LLM call with a user message (a framework's span that only prepares the
+        # request, LlamaIndex's `_prepare_chat_with_tools`, has none).
+        found = _first_of((n for n in nodes if n.kind == "llm"), lambda n: first_user_message(n.span))
+    if is_absent(found):
+        # A tool's arguments are the agent's words, not the user's: never the question.
+        found = _first_retrieval_query(nodes, steps)
+    if is_absent(found):
+        llms = [s for s in steps if s.kind == "llm"]
+        found = question_text(llms[0].input) if llms else None
+    return text(found)
 
 
 def _first_retrieval_query(nodes: list[Node], steps: list[Step]) -> str | None:
@@ -585,21 +610,31 @@ def _answer(root: Node, nodes: list[Node], steps: list[Step]) -> str | None:
     a framework object's repr is not an answer), else the last LLM step's text that asks for no tool."""
     a = root.span.attributes
     root_is_step = root.kind in ("llm", "retrieval", "rerank")
-    return text(
-        _first(
-            lambda: text(_any_attr(nodes, names.RAG_ANSWER)),
-            lambda: None if root_is_step else plain_text(openinference.trace_answer(a)),
-            lambda: None if root_is_step else plain_text(genai.llm_output(a)),  # `invoke_agent` output
-            lambda: plain_text(
-                langfuse.trace_answer(a)
-                or _first_of(nodes, lambda n: langfuse.trace_answer(n.span.attributes))
-            ),
-            lambda: None if root_is_step else plain_text(langfuse.root_answer(a)),
-            lambda: None if root.kind == "llm" else plain_text(openllmetry.trace_answer(a)),
-            lambda: None if root_is_step else plain_text(langsmith.trace_answer(a)),
-            lambda: _final_llm_text(nodes, steps),
+    found = text(_any_attr(nodes, names.RAG_ANSWER))
+    if is_absent(found) and not root_is_step:
+        found = _prose(openinference.trace_answer(a))
+    if is_absent(found) and not root_is_step:
+        found = _prose(genai.llm_output(a))  # an `invoke_agent` span's own output
+    if is_absent(found):
+        found = _prose(
+            langfuse.trace_answer(a) or _first_of(nodes, lambda n: langfuse.trace_answer(n.span.attributes))
         )
-    )
+    if is_absent(found) and not root_is_step:
+        found = _prose(langfuse.root_answer(a))
+    if is_absent(found) and root.kind != "llm":
+        found = _prose(openllmetry.trace_answer(a))
+    if is_absent(found) and not root_is_step:
+        found = _prose(langsmith.trace_answer(a))
+    if is_absent(found):
+        found = _final_llm_text(nodes, steps)
+    return text(found)
+
+
+def _prose(value: str | None) -> str | None:
+    """`plain_text`, with its common case (no bracket at all) decided here."""
+    if value is None or ("(" not in value and value.lstrip()[:1] not in ("{", "[")):
+        return value
+    return plain_text(value)
 
 
 def _final_llm_text(nodes: list[Node], steps: list[Step]) -> str | None:
@@ -613,6 +648,20 @@ def _final_llm_text(nodes: list[Node], steps: list[Step]) -> str | None:
         if not any(tools.requests_tool_call(spans[i].attributes) for i in step.span_ids if i in spans):
             return step.output
     return None
+
+
+def _count_calls(steps: list[Step]) -> tuple[int, int, int, int]:
+    """The agent counts: tool calls, failed tool calls, retrieval rounds, LLM calls."""
+    tool_calls = tool_errors = rounds = llm_calls = 0
+    for step in steps:
+        if step.tool_name is not None:
+            tool_calls += 1
+            tool_errors += step.status == "ERROR"
+        if step.kind == "retrieval":
+            rounds += 1
+        elif step.kind == "llm" and _called_a_model(step):
+            llm_calls += 1
+    return tool_calls, tool_errors, rounds, llm_calls
 
 
 def _called_a_model(step: Step) -> bool:
@@ -639,8 +688,17 @@ def map_trace(spans: list[SpanRecord], options: MappingOptions | None = None) ->
         return trace
 
 
+def _classified(spans: list[SpanRecord]) -> list[Node]:
+    """A node per span (a span sent twice counts once), with its step kind and convention."""
+    nodes = []
+    for span in unique_spans(spans):
+        kind, convention = classify(span)
+        nodes.append(Node(span, kind, convention))
+    return nodes
+
+
 def _map(spans: list[SpanRecord], options: MappingOptions) -> RagTrace:
-    nodes, roots = build_tree(spans, classify)
+    nodes, roots = build_tree(_classified(spans))
     try:
         if any(n.kind == "tool" or (n.kind == "retrieval" and n.convention == "ragpulse") for n in nodes):
             read_tools(nodes, options)
@@ -659,6 +717,7 @@ def _map_tree(nodes: list[Node], roots: list[Node], options: MappingOptions) -> 
     steps = _with_hosted_retrievals(steps, nodes, options)
     for position, step in enumerate(steps):
         step.position = position
+    tool_calls, tool_errors, rounds, llm_calls = _count_calls(steps)
     starts = [n.span.start_us for n in nodes if n.span.start_us is not None]
     ends = [n.span.end_us for n in nodes if n.span.end_us is not None]
     trace = RagTrace(
@@ -682,10 +741,10 @@ def _map_tree(nodes: list[Node], roots: list[Node], options: MappingOptions) -> 
         input_tokens=_sum(s.input_tokens for s in steps if s.kind == "llm"),
         output_tokens=_sum(s.output_tokens for s in steps if s.kind == "llm"),
         span_count=len(nodes),
-        tool_calls=sum(1 for s in steps if s.tool_name is not None),
-        tool_errors=sum(1 for s in steps if s.tool_name is not None and s.status == "ERROR"),
-        retrieval_rounds=sum(1 for s in steps if s.kind == "retrieval"),
-        llm_calls=sum(1 for s in steps if s.kind == "llm" and _called_a_model(s)),
+        tool_calls=tool_calls,
+        tool_errors=tool_errors,
+        retrieval_rounds=rounds,
+        llm_calls=llm_calls,
     )
     if trace.start_us is not None and trace.end_us is not None:
         trace.duration_ms = (trace.end_us - trace.start_us) / 1000.0

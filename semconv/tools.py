@@ -22,7 +22,7 @@ from semconv.mappers.text_fields import question_text
 from semconv.models import Document, SpanRecord
 from semconv.options import MappingOptions
 from semconv.reprs import parse_repr
-from semconv.values import as_list, is_absent, lower, parse_structured, text, unflatten
+from semconv.values import Attributes, as_list, is_absent, lower, parse_structured, text, unflatten
 
 NAME_KEYS = ("gen_ai.tool.name", "tool.name", "tool_call.function.name")
 DESCRIPTION_KEYS = ("gen_ai.tool.description", "tool.description")
@@ -62,11 +62,14 @@ LIST_KEYS = (
 # A result object that says the call failed (MCP `isError`, LlamaIndex `is_error`) holds no documents.
 ERROR_FLAGS = ("isError", "is_error")
 _EXECUTE_TOOL = re.compile(r"^execute_tool\s+(\S.*)$")
+# A span named for the method that ran the tool (DSPy: `search_docs.__call__`, `search_docs.acall`).
+_METHOD_SUFFIX = re.compile(r"\.(?:__call__|a?call|a?run|a?invoke|a?forward)$")
 
 
 def tool_name(span: SpanRecord) -> str | None:
     """The tool a span calls: `gen_ai.tool.name`, OpenInference's `tool.name`, else the name in
-    `execute_tool <name>`, else Traceloop's entity name on its tool spans, else the span name."""
+    `execute_tool <name>`, else Traceloop's entity name on its tool spans, else the span name
+    without the method that ran it (`search_docs.__call__` -> `search_docs`)."""
     attrs = span.attributes
     for key in NAME_KEYS:
         found = text(attrs.get(key))
@@ -75,7 +78,7 @@ def tool_name(span: SpanRecord) -> str | None:
     matched = _EXECUTE_TOOL.match(span.name or "")
     if matched:
         return matched.group(1).strip()
-    return text(attrs.get("traceloop.entity.name")) or (span.name or None)
+    return text(attrs.get("traceloop.entity.name")) or (_METHOD_SUFFIX.sub("", span.name) or None)
 
 
 def is_tool_call(attrs: Mapping[str, Any]) -> bool:
@@ -207,6 +210,9 @@ def _document_list(value: Any, strict: bool, depth: int) -> list[Document] | Non
     if isinstance(value, Mapping):
         if any(value.get(flag) is True for flag in ERROR_FLAGS):
             return None
+        message = _tool_message(value)
+        if message is not None:
+            return _tool_message_documents(message, strict, depth)
         if _is_mcp_result(value):
             return _mcp_documents(value, strict, depth)
         for key in LIST_KEYS:
@@ -230,6 +236,34 @@ def _document_list(value: Any, strict: bool, depth: int) -> list[Document] | Non
 
 def _has_text(doc: Document) -> bool:
     return doc.content is not None and bool(doc.content.strip())
+
+
+# -- LangChain's ToolMessage ------------------------------------------------------------------------
+
+
+def _tool_message(value: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The fields of a serialized LangChain `ToolMessage` (what OpenInference records as a LangChain
+    tool's output): `{"type": "tool", "data": {...}}`, or `{"lc": 1, "id": [..., "ToolMessage"],
+    "kwargs": {...}}`; None for anything else."""
+    data = value.get("data")
+    if value.get("type") == "tool" and isinstance(data, Mapping):
+        return data
+    kwargs, ids = value.get("kwargs"), value.get("id")
+    if isinstance(kwargs, Mapping) and isinstance(ids, list) and ids and ids[-1] == "ToolMessage":
+        return kwargs
+    return None
+
+
+def _tool_message_documents(message: Mapping[str, Any], strict: bool, depth: int) -> list[Document] | None:
+    """A tool message's documents: its `artifact` (a retriever tool's documents, with their ids),
+    else its `content` (the tool's return value as JSON text or a repr). A failed call has none."""
+    if message.get("status") == "error":
+        return None
+    for field in ("artifact", "content"):
+        found = _document_list(_parsed(message.get(field)), strict, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 # -- MCP ---------------------------------------------------------------------------------------------
@@ -284,13 +318,17 @@ def hosted_calls(attrs: Mapping[str, Any]) -> list[HostedCall]:
     output, each paired with its result by call id: OpenInference's output messages (an assistant
     message's `tool_calls`, then a `tool` message with its `tool_call_id`), or GenAI output parts
     (`server_tool_call` / `tool_call` with a `*_response` part of the same id)."""
-    return _openinference_hosted(attrs) or _genai_hosted(attrs)
-
-
-def _openinference_hosted(attrs: Mapping[str, Any]) -> list[HostedCall]:
-    messages = unflatten(attrs, "llm.output_messages.")
-    if len(messages) < 2:  # a call and its result are two messages at least
+    # Most LLM spans have one output message and no result part: one look each, no copies.
+    indexed = attrs.flattened("llm.output_messages.") if isinstance(attrs, Attributes) else None
+    if indexed is not None and len(indexed) > 1:  # a call and its result are two messages at least
+        return _openinference_hosted(unflatten(attrs, "llm.output_messages."))
+    raw = attrs.get("gen_ai.output.messages")
+    if raw is None or (isinstance(raw, str) and "_response" not in raw):
         return []
+    return _genai_hosted(raw)
+
+
+def _openinference_hosted(messages: list[dict[str, Any]]) -> list[HostedCall]:
     calls: dict[str, tuple[str | None, Any]] = {}
     found: list[HostedCall] = []
     for message in messages:
@@ -314,10 +352,7 @@ _RESPONSE_PARTS = {
 }
 
 
-def _genai_hosted(attrs: Mapping[str, Any]) -> list[HostedCall]:
-    raw = attrs.get("gen_ai.output.messages")
-    if isinstance(raw, str) and "_response" not in raw:  # most outputs: no result part at all
-        return []
+def _genai_hosted(raw: Any) -> list[HostedCall]:
     calls: dict[str, tuple[str | None, Any]] = {}
     found: list[HostedCall] = []
     for message in as_list(raw) or []:

@@ -3,15 +3,12 @@ same-kind spans that make one step (docs/conventions.md, "Nested spans"). Pure l
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from semconv.models import Document, SpanRecord
 
 # Kinds whose nested spans of the same kind are one step (LlamaIndex `.predict` ⊃ `.chat` ⊃ client span).
 COLLAPSING_KINDS = frozenset({"llm", "retrieval", "rerank", "embedding"})
-
-Classify = Callable[[SpanRecord], tuple[str, str]]
 
 
 @dataclass(eq=False)
@@ -28,15 +25,18 @@ class Node:
     tool_documents: list[Document] | None = None  # a retrieval tool's documents, read from its result
 
 
-def build_tree(spans: list[SpanRecord], classify: Classify) -> tuple[list[Node], list[Node]]:
-    """(all nodes in start order, roots). A span whose parent is missing is a root."""
+def unique_spans(spans: list[SpanRecord]) -> list[SpanRecord]:
+    """The spans, a span sent twice counting once (its last copy)."""
     unique: dict[str, SpanRecord] = {}
     for span in spans:
-        unique[span.span_id] = span  # a span sent twice counts once
-    nodes = {}
-    for span in unique.values():
-        kind, convention = classify(span)
-        nodes[span.span_id] = Node(span, kind, convention)
+        unique[span.span_id] = span
+    return list(unique.values())
+
+
+def build_tree(classified: list[Node]) -> tuple[list[Node], list[Node]]:
+    """Link classified nodes (one per span id) into a tree: (all nodes in start order, roots). A span
+    whose parent is missing is a root."""
+    nodes = {node.span.span_id: node for node in classified}
     roots = []
     for node in nodes.values():
         parent = nodes.get(node.span.parent_span_id or "")

@@ -10,17 +10,28 @@ real framework and its real instrumentation emit the spans; the tests check what
 them: the question, the answer, one retrieval step per search with the documents (ids and text) in
 the tool's order, and deterministic faithfulness passing on the grounded answer and failing on the
 invented one.
+
+Also shared: `ANSWERS` and `OPTIONS`, the parametrizations of the tests (both answers; the tool
+detected, or named in the options); `keyword_vector`, the bag-of-words embedding of the frameworks'
+vector stores; `instrumenting`, an instrumentor on the private provider for one test; and the sandbox
+every test runs in: `loopback_only` (no connection or name lookup beyond loopback, checked by
+`assert_no_network`), and `sandbox`, the same in an empty working directory (`Sandbox.check`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+from openai import AsyncOpenAI
 from opentelemetry import context as otel_context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
@@ -33,7 +44,7 @@ from evaluators.registry import build_evaluator
 from evaluators.scores import Score
 from semconv import RagTrace, SpanRecord
 from semconv.mapping import MappingOptions, map_trace
-from tests.openai_stub import ChatReply
+from tests.openai_stub import ChatReply, OpenAIStub
 
 KNOWLEDGE_BASE: dict[str, str] = {
     "refunds": "Refunds are issued within 5 business days of receiving the returned item.",
@@ -49,9 +60,15 @@ GROUNDED_ANSWER = (
     "Items can be returned within 30 days of delivery."
 )
 INVENTED_ANSWER = "Refunds take 90 days to process, and every refund includes a $50 store credit."
+QUERIES = (FIRST_QUERY, SECOND_QUERY)
 TOOL_NAME = "search_docs"
 TOOL_DESCRIPTION = "Search the shop's knowledge base and return the matching documents."
 MODEL = "gpt-4o-mini"
+
+# Each test runs on both answers, and where the tool is detected as well as named in the options.
+ANSWERS = pytest.mark.parametrize("answer", [GROUNDED_ANSWER, INVENTED_ANSWER], ids=["grounded", "invented"])
+CONFIGURED = MappingOptions(retrieval_tools=(TOOL_NAME,), detect_retrieval_tools=False)
+OPTIONS = pytest.mark.parametrize("options", [MappingOptions(), CONFIGURED], ids=["detected", "configured"])
 
 
 def search_docs(query: str, k: int = 2) -> list[dict[str, str]]:
@@ -71,6 +88,41 @@ def search_docs(query: str, k: int = 2) -> list[dict[str, str]]:
 
 def expected_ids(query: str) -> list[str]:
     return [doc["id"] for doc in search_docs(query)]
+
+
+def search_results(queries: tuple[str, ...] = QUERIES) -> list[list[dict[str, str]]]:
+    """What `search_docs` returns for each query, in call order."""
+    return [search_docs(query) for query in queries]
+
+
+# Word prefixes, chosen so that a vector store's top 2 by `keyword_vector` is `search_docs`' top 2, in
+# the same order: FIRST_QUERY shares 'refund' with refunds only, and of the documents it shares nothing
+# with, returns-window has the fewest vocabulary words (the constant component then favours it);
+# SECOND_QUERY shares 'return' and 'item' with both refunds and returns-window, and returns-window is
+# the shorter of the two. The frameworks' vector-store fixtures check it.
+VOCABULARY = (
+    "refund",
+    "return",
+    "window",
+    "item",
+    "day",
+    "ship",
+    "standard",
+    "take",
+    "warrant",
+    "cover",
+    "defect",
+    "manufactur",
+    "year",
+)
+
+
+def keyword_vector(text: str) -> list[float]:
+    """A bag-of-words embedding over VOCABULARY (how many words start with each prefix), for
+    comparison by cosine similarity: no model, no network."""
+    words = re.findall(r"[a-z]+", text.lower())
+    # A constant component keeps every vector non-zero (cosine similarity needs a norm).
+    return [*(float(sum(word.startswith(v) for word in words)) for v in VOCABULARY), 0.1]
 
 
 # -- the scripted model -----------------------------------------------------------------------------------
@@ -99,6 +151,74 @@ def agent_turn(messages: list[dict[str, Any]], answer: str) -> ChatReply:
     return ChatReply(content=answer)
 
 
+def async_client(stub: OpenAIStub) -> AsyncOpenAI:
+    """An async OpenAI client on the stub. No retries: a failing stub must fail the test at once."""
+    return AsyncOpenAI(base_url=stub.base_url, api_key="test", max_retries=0)
+
+
+# -- the sandbox ------------------------------------------------------------------------------------------
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@pytest.fixture
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every connection to, and every name lookup of, a non-loopback host refused (the stub is on
+    loopback); the refused addresses and host names, for `assert_no_network`."""
+    refused: list[Any] = []
+    connect = socket.socket.connect
+    getaddrinfo = socket.getaddrinfo
+
+    def guarded_connect(sock: socket.socket, address: Any) -> Any:
+        if isinstance(address, tuple) and address[0] not in LOOPBACK:
+            refused.append(address)
+            raise OSError(f"test sandbox: no network ({address!r})")
+        return connect(sock, address)
+
+    def guarded_lookup(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in LOOPBACK and host not in (b"127.0.0.1", b"localhost"):
+            refused.append(host)
+            raise socket.gaierror(socket.EAI_NONAME, f"test sandbox: no network ({host!r})")
+        return getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setattr(socket, "getaddrinfo", guarded_lookup)
+    return refused
+
+
+def assert_no_network(refused: list[Any], framework: str) -> None:
+    """Nothing was refused by `loopback_only`: `framework` stayed off the network."""
+    assert refused == [], f"{framework} tried the network: {refused}"
+
+
+def assert_wrote_nothing(directory: Path, framework: str, where: str = "the working directory") -> None:
+    """`directory`, empty at the start, is still empty: `framework` wrote nothing there."""
+    assert list(directory.iterdir()) == [], f"{framework} wrote into {where}"
+
+
+@dataclass
+class Sandbox:
+    """What a framework reached outside the test: the hosts `loopback_only` refused, and the working
+    directory it ran in, empty at the start."""
+
+    refused: list[Any]
+    cwd: Path
+
+    def check(self, framework: str) -> None:
+        """`framework` stayed off the network and wrote nothing in the working directory."""
+        assert_no_network(self.refused, framework)
+        assert_wrote_nothing(self.cwd, framework)
+
+
+@pytest.fixture
+def sandbox(loopback_only: list[Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Sandbox:
+    """`loopback_only`, in a new, empty working directory (`cwd` in tmp_path)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    return Sandbox(loopback_only, cwd)
+
+
 # -- spans ------------------------------------------------------------------------------------------------
 
 
@@ -121,6 +241,20 @@ def capture() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     yield provider, exporter
     provider.shutdown()
+
+
+@contextmanager
+def instrumenting(
+    instrumentor: Any, capture: tuple[TracerProvider, InMemorySpanExporter]
+) -> Iterator[InMemorySpanExporter]:
+    """An (OpenInference) instrumentor on `capture`'s private provider for the block, never the global
+    one; the exporter that receives its spans. Uninstrumented however the block ends."""
+    provider, exporter = capture
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield exporter
+    finally:
+        instrumentor.uninstrument()
 
 
 def received(exporter: InMemorySpanExporter) -> dict[str, list[SpanRecord]]:
@@ -167,30 +301,70 @@ def faithfulness(trace: RagTrace) -> Score:
     return build_evaluator({"name": "faithfulness"})(trace)
 
 
+def steps_summary(trace: RagTrace) -> list[tuple[Any, ...]]:
+    """The trace's steps in brief, for assertion messages."""
+    return [(s.name, s.kind, s.tool_name, s.query, len(s.documents)) for s in trace.steps]
+
+
+def ids_and_texts(query: str) -> list[tuple[str | None, str]]:
+    """The documents `search_docs` returns for `query`, as (id, text)."""
+    return [(doc["id"], doc["text"]) for doc in search_docs(query)]
+
+
 def assert_agentic_rag(
-    trace: RagTrace, answer: str, queries: tuple[str, ...] = (FIRST_QUERY, SECOND_QUERY)
+    trace: RagTrace,
+    answer: str,
+    queries: tuple[str, ...] = QUERIES,
+    *,
+    documents: Callable[[str], list[tuple[str | None, str]]] = ids_and_texts,
+    tool_name: str | None = None,
+    tool_calls: int | None = None,
+    llm_calls: int | None = None,
 ) -> None:
     """The question, the answer, and one retrieval step per search (in call order) holding the
-    tool's documents with their ids, text and ranks; faithfulness passes on GROUNDED_ANSWER and
-    fails on INVENTED_ANSWER."""
+    tool's documents (`documents(query)`: by default `search_docs`' ids and text) with their ranks;
+    faithfulness passes on GROUNDED_ANSWER and fails on INVENTED_ANSWER.
+
+    With `tool_name`, every retrieval step is a call of that tool; with `tool_calls` / `llm_calls`, the
+    trace counts exactly that many (otherwise at least one tool call per search, and one more LLM call
+    than searches)."""
     assert trace.mapping_error is None
     assert trace.question == QUESTION
     assert trace.answer == answer
     rounds = trace.steps_of("retrieval")
-    assert len(rounds) == len(queries), [(s.name, s.kind, s.query) for s in trace.steps]
+    assert len(rounds) == len(queries), steps_summary(trace)
     for step, query in zip(rounds, queries, strict=True):
         assert query in (step.query or ""), (step.name, step.query)
+        if tool_name is not None:
+            assert step.tool_name == tool_name, steps_summary(trace)
         assert [(d.rank, d.id, d.content) for d in step.documents] == [
-            (rank, doc["id"], doc["text"]) for rank, doc in enumerate(search_docs(query), start=1)
+            (rank, doc_id, text) for rank, (doc_id, text) in enumerate(documents(query), start=1)
         ]
     assert trace.retrieval_rounds == len(queries)
-    assert trace.tool_calls >= len(queries)
-    assert trace.llm_calls >= len(queries) + 1
+    if tool_calls is None:
+        assert trace.tool_calls >= len(queries), steps_summary(trace)
+    else:
+        assert trace.tool_calls == tool_calls, steps_summary(trace)
+    if llm_calls is None:
+        assert trace.llm_calls >= len(queries) + 1, steps_summary(trace)
+    else:
+        assert trace.llm_calls == llm_calls, steps_summary(trace)
     score = faithfulness(trace)
     if answer == GROUNDED_ANSWER:
         assert score.status == "pass", score
     elif answer == INVENTED_ANSWER:
         assert score.status == "fail", score
+
+
+def tool_spans(records: list[SpanRecord], name: str = TOOL_NAME) -> list[SpanRecord]:
+    """The OpenInference TOOL spans of the tool `name` (their `tool.name`), in call order."""
+    calls = [r for r in records if r.attributes.get("openinference.span.kind") == "TOOL"]
+    return sorted((r for r in calls if r.attributes.get("tool.name") == name), key=lambda r: r.start_us or 0)
+
+
+def tool_outputs(records: list[SpanRecord], name: str = TOOL_NAME) -> list[Any]:
+    """The JSON `output.value` of each TOOL span of `name`, in call order."""
+    return [json.loads(str(r.attributes["output.value"])) for r in tool_spans(records, name)]
 
 
 # -- an agent's spans through the OTel SDK, for service and dashboard tests ------------------------------

@@ -5,7 +5,8 @@ asks for openai<3, the venv has openai 3.63.0, and its non-streaming chat with t
 openinference-instrumentation-llama-index 4.6.1. The agent is a `FunctionAgent` (llama_index.core.agent
 .workflow, `streaming=False`: the stub streams text only, never tool-call deltas) on `OpenAI` pointed at the
 OpenAI-protocol stub. The knowledge base is a `VectorStoreIndex` of one `TextNode` per document (node id =
-document id, no splitting, so nltk is never loaded) embedded by a local bag-of-words `BaseEmbedding`.
+document id, no splitting, so nltk is never loaded) embedded by a local bag-of-words `BaseEmbedding`
+(tests.agentic.keyword_vector).
 
 What the instrumentation emits per run (one trace; the index is built before instrumenting, at the app's
 start, so its embedding spans are not part of it): a CHAIN root `FunctionAgent.run` (`input.value` is the
@@ -28,11 +29,7 @@ JSON, while `blocks[0].text` (also what the model receives as the `tool` message
 from __future__ import annotations
 
 import asyncio
-import json
-import re
-import socket
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,72 +44,27 @@ from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from semconv import SpanRecord
 from semconv.options import MappingOptions
-from tests.agentic import (
-    FIRST_QUERY,
-    GROUNDED_ANSWER,
-    INVENTED_ANSWER,
-    KNOWLEDGE_BASE,
-    MODEL,
-    QUESTION,
-    SECOND_QUERY,
-    TOOL_DESCRIPTION,
-    TOOL_NAME,
-    assert_agentic_rag,
-    capture,  # noqa: F401
-    expected_ids,
-    no_leaked_context,  # noqa: F401
-    only_trace,
-    tool_call,
-    tool_results_in,
-)
-from tests.agentic import search_docs as knowledge_base_search
+from tests import agentic
+from tests.agentic import capture, loopback_only, no_leaked_context, sandbox
 from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest
 
+__all__ = ["capture", "loopback_only", "no_leaked_context", "sandbox"]  # fixtures (tests/agentic.py)
 pytestmark = pytest.mark.usefixtures("no_leaked_context")
-
-ANSWERS = pytest.mark.parametrize("answer", [GROUNDED_ANSWER, INVENTED_ANSWER], ids=["grounded", "invented"])
 
 
 class KeywordEmbedding(BaseEmbedding):
-    """A bag-of-words embedding over a fixed vocabulary (word prefixes), compared by cosine similarity.
-
-    The vocabulary is chosen so that the index's top 2 is `search_docs`' top 2, in the same order:
-    FIRST_QUERY shares 'refund' with refunds only, and of the documents it shares nothing with,
-    returns-window has the fewest vocabulary words (the constant component then favours it);
-    SECOND_QUERY shares 'return' and 'item' with both refunds and returns-window, and returns-window is
-    the shorter of the two. The `index` fixture checks it."""
-
-    VOCABULARY: tuple[str, ...] = (
-        "refund",
-        "return",
-        "window",
-        "item",
-        "day",
-        "ship",
-        "standard",
-        "take",
-        "warrant",
-        "cover",
-        "defect",
-        "manufactur",
-        "year",
-    )
-
-    def _vector(self, text: str) -> list[float]:
-        words = re.findall(r"[a-z]+", text.lower())
-        # A constant component keeps every vector non-zero (cosine similarity needs a norm).
-        return [*(float(sum(word.startswith(v) for word in words)) for v in self.VOCABULARY), 0.1]
+    """tests.agentic.keyword_vector as a LlamaIndex embedding model (the `index` fixture checks that it
+    ranks as `search_docs` does)."""
 
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vector(query)
+        return agentic.keyword_vector(query)
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vector(query)
+        return agentic.keyword_vector(query)
 
     def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vector(text)
+        return agentic.keyword_vector(text)
 
 
 # -- the scripted model -----------------------------------------------------------------------------------
@@ -140,13 +92,13 @@ def model_turns(answer: str) -> Callable[[RecordedRequest], ChatReply]:
         if not body.get("tools"):
             return ChatReply(content=synthesis_context(body["messages"]))
         (tool,) = body["tools"]
-        assert tool["function"]["name"] == TOOL_NAME, tool
+        assert tool["function"]["name"] == agentic.TOOL_NAME, tool
         argument = tool["function"]["parameters"]["required"][0]
-        seen = tool_results_in(body["messages"])
+        seen = agentic.tool_results_in(body["messages"])
         if seen == 0:
-            return tool_call({argument: FIRST_QUERY}, "call_first")
+            return agentic.tool_call({argument: agentic.FIRST_QUERY}, "call_first")
         if seen == 1:
-            return tool_call({argument: SECOND_QUERY}, "call_second")
+            return agentic.tool_call({argument: agentic.SECOND_QUERY}, "call_second")
         return ChatReply(content=answer)
 
     return respond
@@ -156,69 +108,51 @@ def model_turns(answer: str) -> Callable[[RecordedRequest], ChatReply]:
 
 
 @pytest.fixture
-def sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[Any]]:
-    """Run in an empty working directory with every non-loopback connection refused (LlamaIndex must use
-    its bundled nltk and tiktoken data, never download them); yields the refused addresses (the test
-    asserts there are none, and that the directory stayed empty)."""
-    refused: list[Any] = []
-    connect = socket.socket.connect
-
-    def loopback_only(sock: socket.socket, address: Any) -> Any:
-        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
-            refused.append(address)
-            raise OSError(f"test sandbox: no network ({address!r})")
-        return connect(sock, address)
-
+def bundled_data(sandbox: agentic.Sandbox, monkeypatch: pytest.MonkeyPatch) -> agentic.Sandbox:
+    """The sandbox (tests.agentic: no network, an empty working directory), in which LlamaIndex must use
+    its bundled nltk and tiktoken data, never download them."""
     # Unset, LlamaIndex reads the nltk and tiktoken data bundled in llama_index/core/_static.
     monkeypatch.delenv("NLTK_DATA", raising=False)
     monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
-    monkeypatch.setattr(socket.socket, "connect", loopback_only)
-    monkeypatch.chdir(tmp_path)
-    yield refused
+    return sandbox
 
 
 @pytest.fixture
-def index(sandbox: list[Any]) -> VectorStoreIndex:
+def index(bundled_data: agentic.Sandbox) -> VectorStoreIndex:
     """The knowledge base as a vector index, one node per document (node id = document id). Built before
     the instrumentation (`instrumented` asks for it), as an app builds it at start-up: its embedding spans
     are not part of the agent's trace."""
-    nodes = [TextNode(id_=doc_id, text=text) for doc_id, text in KNOWLEDGE_BASE.items()]
+    nodes = [TextNode(id_=doc_id, text=text) for doc_id, text in agentic.KNOWLEDGE_BASE.items()]
     built = VectorStoreIndex(nodes, embed_model=KeywordEmbedding())
     retriever = built.as_retriever(similarity_top_k=2)
-    for query in (FIRST_QUERY, SECOND_QUERY):
-        assert [hit.node.node_id for hit in retriever.retrieve(query)] == expected_ids(query), query
+    for query in agentic.QUERIES:
+        assert [hit.node.node_id for hit in retriever.retrieve(query)] == agentic.expected_ids(query), query
     return built
 
 
 @pytest.fixture
 def instrumented(
-    capture: tuple[TracerProvider, InMemorySpanExporter],  # noqa: F811
-    index: VectorStoreIndex,
+    capture: tuple[TracerProvider, InMemorySpanExporter], index: VectorStoreIndex
 ) -> Iterator[InMemorySpanExporter]:
     """LlamaIndex instrumented with OpenInference on the private provider, for this test only."""
-    provider, exporter = capture
-    instrumentor = LlamaIndexInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
+    with agentic.instrumenting(LlamaIndexInstrumentor(), capture) as exporter:
         yield exporter
-    finally:
-        instrumentor.uninstrument()
 
 
 @pytest.fixture
 def llm(stub: OpenAIStub) -> tuple[OpenAI, AsyncOpenAI]:
     """The LLM on the stub, and its async OpenAI client (given, so that `run_agent` can close it inside
     the event loop: left to the garbage collector, it would try to close after `asyncio.run` ended)."""
+    client = agentic.async_client(stub)
     # No retries: a failing stub must fail the test at once.
-    client = AsyncOpenAI(base_url=stub.base_url, api_key="test", max_retries=0)
     model = OpenAI(
-        model=MODEL, api_base=stub.base_url, api_key="test", max_retries=0, async_openai_client=client
+        model=agentic.MODEL, api_base=stub.base_url, api_key="test", max_retries=0, async_openai_client=client
     )
     return model, client
 
 
 def run_agent(
-    tool: BaseTool, llm: tuple[OpenAI, AsyncOpenAI], stub: OpenAIStub, sandbox: list[Any], answer: str
+    tool: BaseTool, llm: tuple[OpenAI, AsyncOpenAI], stub: OpenAIStub, sandbox: agentic.Sandbox, answer: str
 ) -> None:
     """Run a FunctionAgent with `tool` on QUESTION and check what the framework itself did: it returned
     `answer` after three function-calling requests, stayed off the network and wrote nothing."""
@@ -227,33 +161,26 @@ def run_agent(
 
     async def main() -> Any:
         try:
-            return await agent.run(QUESTION)
+            return await agent.run(agentic.QUESTION)
         finally:
             await client.close()
 
     result = asyncio.run(main())
     assert len([r for r in stub.chat_requests if r.json.get("tools")]) == 3
-    assert sandbox == [], f"LlamaIndex tried the network: {sandbox}"
-    assert list(Path.cwd().iterdir()) == [], "LlamaIndex wrote into the working directory"
+    sandbox.check("LlamaIndex")
     assert str(result) == answer
-
-
-def tool_spans(records: list[SpanRecord]) -> list[SpanRecord]:
-    return sorted(
-        (r for r in records if r.attributes.get("tool.name") == TOOL_NAME), key=lambda r: r.start_us or 0
-    )
 
 
 # -- tests ------------------------------------------------------------------------------------------------
 
 
-@ANSWERS
+@agentic.ANSWERS
 def test_query_engine_tool(
     instrumented: InMemorySpanExporter,
     index: VectorStoreIndex,
     llm: tuple[OpenAI, AsyncOpenAI],
     stub: OpenAIStub,
-    sandbox: list[Any],
+    sandbox: agentic.Sandbox,
     answer: str,
 ) -> None:
     """A FunctionAgent whose `search_docs` is a QueryEngineTool (vector retrieval of the top 2, then an LLM
@@ -268,39 +195,32 @@ def test_query_engine_tool(
     stub.responder = model_turns(answer)
     tool = QueryEngineTool.from_defaults(
         index.as_query_engine(similarity_top_k=2, llm=llm[0]),
-        name=TOOL_NAME,
-        description=TOOL_DESCRIPTION,
+        name=agentic.TOOL_NAME,
+        description=agentic.TOOL_DESCRIPTION,
     )
 
     run_agent(tool, llm, stub, sandbox, answer)
     # Three agent turns, and one synthesis call per search.
     assert len(stub.chat_requests) == 5
-    trace, records = only_trace(instrumented)
+    trace, records = agentic.only_trace(instrumented)
 
     # What the tool returned to the agent: the synthesized text of the two retrieved documents.
-    outputs = [json.loads(str(r.attributes["output.value"])) for r in tool_spans(records)]
-    assert [o["blocks"][0]["text"] for o in outputs] == [
-        "\n\n".join(doc["text"] for doc in knowledge_base_search(q)) for q in (FIRST_QUERY, SECOND_QUERY)
+    assert [o["blocks"][0]["text"] for o in agentic.tool_outputs(records)] == [
+        "\n\n".join(doc["text"] for doc in docs) for docs in agentic.search_results()
     ]
 
-    assert_agentic_rag(trace, answer)
-    assert trace.tool_calls == 2, [(s.name, s.kind, s.tool_name) for s in trace.steps]
     # One LLM call per model request: the agent's three turns and the two syntheses (not the LLM-kind
     # `_prepare_chat_with_tools` spans, nor `apredict` and its `achat` counted twice).
-    assert trace.llm_calls == len(stub.chat_requests) == 5, [(s.name, s.kind) for s in trace.steps]
+    agentic.assert_agentic_rag(trace, answer, tool_calls=2, llm_calls=5)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [MappingOptions(), MappingOptions(retrieval_tools=(TOOL_NAME,), detect_retrieval_tools=False)],
-    ids=["detected", "configured"],
-)
-@ANSWERS
+@agentic.OPTIONS
+@agentic.ANSWERS
 def test_function_tool(
     instrumented: InMemorySpanExporter,
     llm: tuple[OpenAI, AsyncOpenAI],
     stub: OpenAIStub,
-    sandbox: list[Any],
+    sandbox: agentic.Sandbox,
     answer: str,
     options: MappingOptions,
 ) -> None:
@@ -310,24 +230,15 @@ def test_function_tool(
     repr), whether the tool is detected or named in the options; faithfulness passes on the grounded
     answer and fails on the invented one."""
     stub.responder = model_turns(answer)
-    tool = FunctionTool.from_defaults(fn=knowledge_base_search)
-    assert tool.metadata.name == TOOL_NAME
+    tool = FunctionTool.from_defaults(fn=agentic.search_docs)
+    assert tool.metadata.name == agentic.TOOL_NAME
 
     run_agent(tool, llm, stub, sandbox, answer)
-    trace, records = only_trace(instrumented, options)
+    trace, records = agentic.only_trace(instrumented, options)
 
-    outputs = [json.loads(str(r.attributes["output.value"])) for r in tool_spans(records)]
-    assert [o["raw_output"] for o in outputs] == [
-        knowledge_base_search(FIRST_QUERY),
-        knowledge_base_search(SECOND_QUERY),
-    ]
-    assert [o["blocks"][0]["text"] for o in outputs] == [
-        str(knowledge_base_search(FIRST_QUERY)),
-        str(knowledge_base_search(SECOND_QUERY)),
-    ]
+    outputs = agentic.tool_outputs(records)
+    assert [o["raw_output"] for o in outputs] == agentic.search_results()
+    assert [o["blocks"][0]["text"] for o in outputs] == [str(docs) for docs in agentic.search_results()]
 
-    assert_agentic_rag(trace, answer)
-    search_steps = [s for s in trace.steps_of("retrieval") if s.tool_name == TOOL_NAME]
-    assert len(search_steps) == 2, [(s.name, s.kind, s.tool_name) for s in trace.steps]
-    assert trace.tool_calls == 2, [(s.name, s.kind, s.tool_name) for s in trace.steps]
-    assert trace.llm_calls == len(stub.chat_requests) == 3, [(s.name, s.kind) for s in trace.steps]
+    assert len(stub.chat_requests) == 3
+    agentic.assert_agentic_rag(trace, answer, tool_name=agentic.TOOL_NAME, tool_calls=2, llm_calls=3)

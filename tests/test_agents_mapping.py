@@ -491,3 +491,31 @@ def test_the_answer_is_the_last_text_that_calls_no_tool_and_the_question_no_tool
     for span in t.spans:
         span.attributes.pop("gen_ai.input.messages", None)
     assert t.map().question is None
+
+
+def test_openllmetry_tool_spans_are_read_like_any_tool() -> None:
+    """Traceloop's `@tool` decorator: `traceloop.span.kind = tool`, the call in `traceloop.entity.*`."""
+    t = TraceBuilder()
+    root = t.span(
+        "shop.workflow",
+        {
+            "traceloop.span.kind": "workflow",
+            "traceloop.entity.input": json.dumps({"args": [QUESTION], "kwargs": {}}),
+            "traceloop.entity.output": json.dumps(GROUNDED_ANSWER),
+        },
+    )
+    t.span(
+        "lookup_policy.tool",
+        {
+            "traceloop.span.kind": "tool",
+            "traceloop.entity.name": "lookup_policy",
+            "traceloop.entity.input": json.dumps({"args": [], "kwargs": {"query": FIRST}}),
+            "traceloop.entity.output": json.dumps(search_docs(FIRST)),
+        },
+        parent=root,
+    )
+    trace = t.map()
+    (step,) = trace.steps_of("retrieval")
+    assert (step.tool_name, step.query, step.convention) == ("lookup_policy", FIRST, "openllmetry")
+    assert docs_of(trace) == [expected_docs(FIRST)]
+    assert (trace.question, trace.answer) == (QUESTION, GROUNDED_ANSWER)

@@ -168,3 +168,18 @@ def test_ragpulse_eval_errors_on_a_case_whose_trace_retrieved_nothing(tmp_path: 
     assert result.returncode == 1, result.stdout + result.stderr
     ((score,),) = [case["scores"] for case in json.loads((tmp_path / "out.json").read_text())]
     assert (score["status"], score["label"]) == ("error", "no_retrieval"), score
+
+
+def test_a_bad_mapping_key_is_refused_with_its_path(tmp_path: Path) -> None:
+    config = tmp_path / "ragpulse.yaml"
+    config.write_text("mapping:\n  retrieval_tool: [search_docs]\n")
+    result = run_ragpulse(
+        "--config", str(config), "sql", "SELECT 1", "--db", str(tmp_path / "x.duckdb"), cwd=tmp_path
+    )
+    assert result.returncode != 0
+    assert "mapping.retrieval_tool: unknown key" in result.stderr
+    config.write_text("mapping:\n  retrieval_tools: ['']\n")
+    result = run_ragpulse(
+        "--config", str(config), "sql", "SELECT 1", "--db", str(tmp_path / "x.duckdb"), cwd=tmp_path
+    )
+    assert result.returncode != 0 and "mapping.retrieval_tools" in result.stderr

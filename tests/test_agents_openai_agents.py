@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ast
 import json
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,30 +46,16 @@ from agents import (
     set_trace_processors,
     set_tracing_disabled,
 )
-from openai import AsyncOpenAI
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from semconv.options import MappingOptions
-from tests.agentic import (
-    FIRST_QUERY,
-    GROUNDED_ANSWER,
-    INVENTED_ANSWER,
-    MODEL,
-    QUESTION,
-    SECOND_QUERY,
-    TOOL_NAME,
-    agent_turn,
-    assert_agentic_rag,
-    capture,  # noqa: F401
-    faithfulness,
-    no_leaked_context,  # noqa: F401
-    only_trace,
-)
-from tests.agentic import search_docs as knowledge_base_search
+from tests import agentic
+from tests.agentic import capture, loopback_only, no_leaked_context
 from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest
 
+__all__ = ["capture", "loopback_only", "no_leaked_context"]  # fixtures (tests/agentic.py)
 pytestmark = pytest.mark.usefixtures("no_leaked_context")
 
 INSTRUCTIONS = "Answer the customer's question from the shop's knowledge base."
@@ -79,6 +64,7 @@ FILE_QUERY = "refund time and return window"
 FILE_SCORES = (0.92, 0.87)
 
 
+# The SDK makes the function tool's schema from the function's own signature and docstring (`Args:`).
 @function_tool
 def search_docs(query: str) -> list[dict[str, str]]:
     """Search the shop's knowledge base and return the matching documents.
@@ -86,7 +72,7 @@ def search_docs(query: str) -> list[dict[str, str]]:
     Args:
         query: The words to search the knowledge base for.
     """
-    return knowledge_base_search(query)
+    return agentic.search_docs(query)
 
 
 # -- the scripted model -----------------------------------------------------------------------------------
@@ -104,7 +90,7 @@ def file_search_results() -> list[dict[str, Any]]:
             "text": doc["text"],
             "attributes": {"kb_id": doc["id"]},
         }
-        for doc, score in zip(knowledge_base_search(FILE_QUERY), FILE_SCORES, strict=True)
+        for doc, score in zip(agentic.search_docs(FILE_QUERY), FILE_SCORES, strict=True)
     ]
 
 
@@ -133,7 +119,7 @@ def file_search_turn(answer: str) -> Any:
 
 
 @pytest.fixture
-def instrumented(capture: tuple[TracerProvider, InMemorySpanExporter]) -> Iterator[InMemorySpanExporter]:  # noqa: F811
+def instrumented(capture: tuple[TracerProvider, InMemorySpanExporter]) -> Iterator[InMemorySpanExporter]:
     """The SDK's tracing on, with OpenInference's processor on the private provider as its only
     processor, for this test only.
 
@@ -142,53 +128,26 @@ def instrumented(capture: tuple[TracerProvider, InMemorySpanExporter]) -> Iterat
     instrumentor's default (exclusive) mode replaces the registered processors, but puts them back
     when uninstrumented, so the SDK's default processor (created on the first use of its tracing,
     batching to OpenAI's exporter) is dropped first: nothing is registered before or after."""
-    provider, exporter = capture
     set_tracing_disabled(False)
     set_trace_processors([])
-    instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
+    with agentic.instrumenting(OpenAIAgentsInstrumentor(), capture) as exporter:
         yield exporter
-    finally:
-        instrumentor.uninstrument()
 
 
-@pytest.fixture
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every non-loopback connection refused; the refused addresses (the test asserts there are none)."""
-    refused: list[Any] = []
-    connect = socket.socket.connect
-
-    def guarded(sock: socket.socket, address: Any) -> Any:
-        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
-            refused.append(address)
-            raise OSError(f"test sandbox: no network ({address!r})")
-        return connect(sock, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
-    return refused
-
-
-def client_on(stub: OpenAIStub) -> AsyncOpenAI:
-    # No retries: a failing stub must fail the test at once.
-    return AsyncOpenAI(base_url=stub.base_url, api_key="test", max_retries=0)
-
-
-def run(agent: Agent[Any]) -> Any:
-    """The agent run on QUESTION, its data in the spans whatever the environment says."""
+def run(agent: Agent[Any], refused: list[Any]) -> Any:
+    """The agent run on QUESTION, its data in the spans whatever the environment says; checked to have
+    stayed off the network."""
     config = RunConfig(tracing_disabled=False, trace_include_sensitive_data=True)
-    return Runner.run_sync(agent, QUESTION, run_config=config)
+    result = Runner.run_sync(agent, agentic.QUESTION, run_config=config)
+    agentic.assert_no_network(refused, "the Agents SDK")
+    return result
 
 
 # -- tests ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "options",
-    [MappingOptions(), MappingOptions(retrieval_tools=(TOOL_NAME,), detect_retrieval_tools=False)],
-    ids=["detected", "configured"],
-)
-@pytest.mark.parametrize("answer", [GROUNDED_ANSWER, INVENTED_ANSWER], ids=["grounded", "invented"])
+@agentic.OPTIONS
+@agentic.ANSWERS
 def test_function_tool_agent(
     instrumented: InMemorySpanExporter,
     stub: OpenAIStub,
@@ -201,35 +160,23 @@ def test_function_tool_agent(
     documents in order (read from the TOOL span's JSON, though the model was sent the result's Python
     repr), whether the tool is detected or named in the options; faithfulness passes on the grounded
     answer and fails on the invented one."""
-    stub.responder = lambda request: agent_turn(request.json["messages"], answer)
-    model = OpenAIChatCompletionsModel(model=MODEL, openai_client=client_on(stub))
+    stub.responder = lambda request: agentic.agent_turn(request.json["messages"], answer)
+    model = OpenAIChatCompletionsModel(model=agentic.MODEL, openai_client=agentic.async_client(stub))
     agent = Agent(name="shop_assistant", instructions=INSTRUCTIONS, tools=[search_docs], model=model)
 
-    result = run(agent)
+    result = run(agent, loopback_only)
 
     assert result.final_output == answer
     assert len(stub.chat_requests) == 3, [r.json for r in stub.chat_requests]
-    assert loopback_only == [], f"the Agents SDK tried the network: {loopback_only}"
     sent = [m["content"] for m in stub.chat_requests[-1].json["messages"] if m["role"] == "tool"]
-    assert [ast.literal_eval(content) for content in sent] == [
-        knowledge_base_search(FIRST_QUERY),
-        knowledge_base_search(SECOND_QUERY),
-    ]
-    trace, records = only_trace(instrumented, options)
-    tool_outputs = [
-        r.attributes.get("output.value") for r in records if r.attributes.get("tool.name") == TOOL_NAME
-    ]
-    assert [json.loads(str(v)) for v in tool_outputs] == [
-        knowledge_base_search(FIRST_QUERY),
-        knowledge_base_search(SECOND_QUERY),
-    ]
+    assert [ast.literal_eval(content) for content in sent] == agentic.search_results()
+    trace, records = agentic.only_trace(instrumented, options)
+    assert agentic.tool_outputs(records) == agentic.search_results()
 
-    assert_agentic_rag(trace, answer)
-    search_steps = [s for s in trace.steps_of("retrieval") if s.tool_name == TOOL_NAME]
-    assert len(search_steps) == 2, [(s.name, s.kind, s.tool_name) for s in trace.steps]
+    agentic.assert_agentic_rag(trace, answer, tool_name=agentic.TOOL_NAME)
 
 
-@pytest.mark.parametrize("answer", [GROUNDED_ANSWER, INVENTED_ANSWER], ids=["grounded", "invented"])
+@agentic.ANSWERS
 def test_hosted_file_search_agent(
     instrumented: InMemorySpanExporter, stub: OpenAIStub, loopback_only: list[Any], answer: str
 ) -> None:
@@ -240,13 +187,13 @@ def test_hosted_file_search_agent(
     span: it is read from the LLM span's output. Faithfulness passes on the grounded answer and fails
     on the invented one."""
     stub.responder = file_search_turn(answer)
-    model = OpenAIResponsesModel(model=MODEL, openai_client=client_on(stub))
+    model = OpenAIResponsesModel(model=agentic.MODEL, openai_client=agentic.async_client(stub))
     file_search = FileSearchTool(
         vector_store_ids=[VECTOR_STORE], max_num_results=2, include_search_results=True
     )
     agent = Agent(name="shop_assistant", instructions=INSTRUCTIONS, tools=[file_search], model=model)
 
-    result = run(agent)
+    result = run(agent, loopback_only)
 
     assert result.final_output == answer
     assert [type(item).__name__ for item in result.new_items] == ["ToolCallItem", "MessageOutputItem"]
@@ -256,26 +203,20 @@ def test_hosted_file_search_agent(
     assert request["tools"] == [
         {"type": "file_search", "vector_store_ids": [VECTOR_STORE], "max_num_results": 2}
     ]
-    assert loopback_only == [], f"the Agents SDK tried the network: {loopback_only}"
-    trace, records = only_trace(instrumented)
+    trace, records = agentic.only_trace(instrumented)
     # The search is recorded in the `response` LLM span's output only (the Response object's JSON).
     (llm,) = [r for r in records if r.attributes.get("openinference.span.kind") == "LLM"]
     output = json.loads(llm.attributes["output.value"])["output"]
     assert [item["type"] for item in output] == ["file_search_call", "message"]
     assert output[0]["queries"] == [FILE_QUERY] and output[0]["results"] == file_search_results()
 
-    assert trace.mapping_error is None
-    assert trace.question == QUESTION
-    assert trace.answer == answer
-    rounds = trace.steps_of("retrieval")
-    assert len(rounds) == 1, [(s.name, s.kind, s.tool_name, s.query) for s in trace.steps]
-    assert FILE_QUERY in (rounds[0].query or ""), rounds[0].query
-    assert [(d.rank, d.id, d.content, d.score) for d in rounds[0].documents] == [
-        (rank, found["file_id"], found["text"], found["score"])
-        for rank, found in enumerate(file_search_results(), start=1)
-    ]
-    assert trace.retrieval_rounds == 1
-    assert trace.tool_calls >= 1
-    assert trace.llm_calls == 1
-    score = faithfulness(trace)
-    assert score.status == ("pass" if answer == GROUNDED_ANSWER else "fail"), score
+    # One retrieval round: the file search's chunks (id = the file id), scored, in the results' order.
+    agentic.assert_agentic_rag(
+        trace,
+        answer,
+        (FILE_QUERY,),
+        documents=lambda _: [(found["file_id"], found["text"]) for found in file_search_results()],
+        llm_calls=1,
+    )
+    (step,) = trace.steps_of("retrieval")
+    assert [d.score for d in step.documents] == [found["score"] for found in file_search_results()]

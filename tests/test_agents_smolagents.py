@@ -21,10 +21,7 @@ loopback stub) and wrote no file in the working directory.
 
 from __future__ import annotations
 
-import json
-import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,26 +32,15 @@ from smolagents import CodeAgent, MultiStepAgent, OpenAIServerModel, ToolCalling
 from smolagents.monitoring import LogLevel
 
 from semconv.options import MappingOptions
-from tests.agentic import (
-    FIRST_QUERY,
-    GROUNDED_ANSWER,
-    INVENTED_ANSWER,
-    MODEL,
-    QUESTION,
-    SECOND_QUERY,
-    TOOL_NAME,
-    assert_agentic_rag,
-    capture,  # noqa: F401
-    no_leaked_context,  # noqa: F401
-    only_trace,
-    tool_call,
-)
-from tests.agentic import search_docs as knowledge_base_search
+from tests import agentic
+from tests.agentic import capture, loopback_only, no_leaked_context, sandbox
 from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest
 
+__all__ = ["capture", "loopback_only", "no_leaked_context", "sandbox"]  # fixtures (tests/agentic.py)
 pytestmark = pytest.mark.usefixtures("no_leaked_context")
 
 
+# smolagents makes the tool from the function's own name, type hints and docstring (`Args:` required).
 @tool
 def search_docs(query: str) -> list[dict]:
     """Search the shop's knowledge base and return the matching documents.
@@ -62,7 +48,7 @@ def search_docs(query: str) -> list[dict]:
     Args:
         query: The words to search the knowledge base for.
     """
-    return knowledge_base_search(query)
+    return agentic.search_docs(query)
 
 
 # -- the scripted model -----------------------------------------------------------------------------------
@@ -93,10 +79,10 @@ def tool_calling_turns(answer: str) -> Any:
     def respond(request: RecordedRequest) -> ChatReply:
         seen = observations_in(request)
         if seen == 0:
-            return tool_call({"query": FIRST_QUERY}, "call_first")
+            return agentic.tool_call({"query": agentic.FIRST_QUERY}, "call_first")
         if seen == 1:
-            return tool_call({"query": SECOND_QUERY}, "call_second")
-        return tool_call({"answer": answer}, "call_final", name="final_answer")
+            return agentic.tool_call({"query": agentic.SECOND_QUERY}, "call_second")
+        return agentic.tool_call({"answer": answer}, "call_final", name="final_answer")
 
     return respond
 
@@ -109,9 +95,9 @@ def code_turns(answer: str) -> Any:
     def respond(request: RecordedRequest) -> ChatReply:
         seen = observations_in(request)
         if seen == 0:
-            code = f"docs = {TOOL_NAME}(query={FIRST_QUERY!r})\nprint(docs)"
+            code = f"docs = {agentic.TOOL_NAME}(query={agentic.FIRST_QUERY!r})\nprint(docs)"
         elif seen == 1:
-            code = f"docs = {TOOL_NAME}(query={SECOND_QUERY!r})\nprint(docs)"
+            code = f"docs = {agentic.TOOL_NAME}(query={agentic.SECOND_QUERY!r})\nprint(docs)"
         else:
             code = f"final_answer({answer!r})"
         return ChatReply(content=f"Thought: the next step.\n<code>\n{code}\n</code>")
@@ -123,40 +109,17 @@ def code_turns(answer: str) -> Any:
 
 
 @pytest.fixture
-def instrumented(capture: tuple[TracerProvider, InMemorySpanExporter]) -> Iterator[InMemorySpanExporter]:  # noqa: F811
+def instrumented(capture: tuple[TracerProvider, InMemorySpanExporter]) -> Iterator[InMemorySpanExporter]:
     """smolagents instrumented with OpenInference on the private provider, for this test only."""
-    provider, exporter = capture
-    instrumentor = SmolagentsInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
+    with agentic.instrumenting(SmolagentsInstrumentor(), capture) as exporter:
         yield exporter
-    finally:
-        instrumentor.uninstrument()
-
-
-@pytest.fixture
-def sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[Any]]:
-    """Run in an empty working directory with every non-loopback connection refused; yields the
-    refused addresses (the test asserts there are none, and that the directory stayed empty)."""
-    refused: list[Any] = []
-    connect = socket.socket.connect
-
-    def loopback_only(sock: socket.socket, address: Any) -> Any:
-        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
-            refused.append(address)
-            raise OSError(f"test sandbox: no network ({address!r})")
-        return connect(sock, address)
-
-    monkeypatch.setattr(socket.socket, "connect", loopback_only)
-    monkeypatch.chdir(tmp_path)
-    yield refused
 
 
 def model_on(stub: OpenAIStub) -> OpenAIServerModel:
     # No retries (smolagents waits 60 s between them; openai retries on its own): a failing stub must
     # fail the test at once.
     return OpenAIServerModel(
-        model_id=MODEL,
+        model_id=agentic.MODEL,
         api_base=stub.base_url,
         api_key="test",
         client_kwargs={"max_retries": 0},
@@ -164,29 +127,24 @@ def model_on(stub: OpenAIStub) -> OpenAIServerModel:
     )
 
 
-def run_agent(agent: MultiStepAgent, stub: OpenAIStub, sandbox: list[Any], answer: str) -> None:
+def run_agent(agent: MultiStepAgent, stub: OpenAIStub, sandbox: agentic.Sandbox, answer: str) -> None:
     """Run the agent on QUESTION and check what the framework itself did: it returned `answer`, asked the
     model three times, stayed off the network and wrote nothing in the working directory."""
-    result = agent.run(QUESTION)
+    result = agent.run(agentic.QUESTION)
     assert len(stub.chat_requests) == 3, [r.json for r in stub.chat_requests]
-    assert sandbox == [], f"smolagents tried the network: {sandbox}"
-    assert list(Path.cwd().iterdir()) == [], "smolagents wrote into the working directory"
+    sandbox.check("smolagents")
     assert result == answer
 
 
 # -- tests ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "options",
-    [MappingOptions(), MappingOptions(retrieval_tools=(TOOL_NAME,), detect_retrieval_tools=False)],
-    ids=["detected", "configured"],
-)
-@pytest.mark.parametrize("answer", [GROUNDED_ANSWER, INVENTED_ANSWER], ids=["grounded", "invented"])
+@agentic.OPTIONS
+@agentic.ANSWERS
 def test_tool_calling_agent(
     instrumented: InMemorySpanExporter,
     stub: OpenAIStub,
-    sandbox: list[Any],
+    sandbox: agentic.Sandbox,
     answer: str,
     options: MappingOptions,
 ) -> None:
@@ -201,16 +159,14 @@ def test_tool_calling_agent(
     )
 
     run_agent(agent, stub, sandbox, answer)
-    trace, _ = only_trace(instrumented, options)
+    trace, _ = agentic.only_trace(instrumented, options)
 
-    assert_agentic_rag(trace, answer)
-    search_steps = [s for s in trace.steps_of("retrieval") if s.tool_name == TOOL_NAME]
-    assert len(search_steps) == 2, [(s.name, s.kind, s.tool_name) for s in trace.steps]
+    agentic.assert_agentic_rag(trace, answer, tool_name=agentic.TOOL_NAME)
 
 
-@pytest.mark.parametrize("answer", [GROUNDED_ANSWER, INVENTED_ANSWER], ids=["grounded", "invented"])
+@agentic.ANSWERS
 def test_code_agent(
-    instrumented: InMemorySpanExporter, stub: OpenAIStub, sandbox: list[Any], answer: str
+    instrumented: InMemorySpanExporter, stub: OpenAIStub, sandbox: agentic.Sandbox, answer: str
 ) -> None:
     """A CodeAgent whose code calls `search_docs` in two steps and then `final_answer(...)` maps the
     same way: the tool calls made from inside the executed code are retrieval rounds with their
@@ -220,14 +176,8 @@ def test_code_agent(
     agent = CodeAgent(tools=[search_docs], model=model_on(stub), verbosity_level=LogLevel.OFF, max_steps=5)
 
     run_agent(agent, stub, sandbox, answer)
-    trace, records = only_trace(instrumented)
+    trace, records = agentic.only_trace(instrumented)
 
     # The search results are the tool spans' JSON (the model only saw their printed repr).
-    tool_outputs = [
-        r.attributes.get("output.value") for r in records if r.attributes.get("tool.name") == TOOL_NAME
-    ]
-    assert [json.loads(str(v)) for v in tool_outputs] == [
-        knowledge_base_search(FIRST_QUERY),
-        knowledge_base_search(SECOND_QUERY),
-    ]
-    assert_agentic_rag(trace, answer)
+    assert agentic.tool_outputs(records) == agentic.search_results()
+    agentic.assert_agentic_rag(trace, answer)

@@ -98,7 +98,8 @@ def _messages(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
 def llm_output(attrs: dict[str, Any]) -> str | None:
     messages = _messages(attrs, "llm.output_messages.")
     if len(messages) > 1:  # a response with items (a hosted tool's call and result, then the answer)
-        for message in reversed(messages):
+        for index in range(len(messages) - 1, -1, -1):  # mypyc cannot compile reversed() here
+            message = messages[index]
             if lower(message.get("message.role")) in (None, "assistant"):
                 content = _message_content(message)
                 if content:

@@ -178,8 +178,8 @@ def messages_text(messages: Any) -> str | None:
 def plain_text(value: str | None) -> str | None:
     """`value` when it reads as prose; None when it is a JSON object or array, or a framework
     object's repr (`ChatMessage(_role=..., ...)`): a payload an answer could not be read from."""
-    if value is None:
-        return None
+    if value is None or ("(" not in value and value.lstrip()[:1] not in ("{", "[")):
+        return value  # most answers: no bracket to look into
     if isinstance(parse_structured(value), Mapping | list) or looks_like_repr(value):
         return None
     return value
