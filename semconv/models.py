@@ -133,7 +133,7 @@ class RagTrace(BaseModel):
     def has_retrieval(self) -> bool:
         """Whether the trace retrieved at all (a retrieval or rerank step, even one that found
         nothing). Scores that read documents do not apply to a trace without: `no_retrieval`."""
-        return any(s.kind in ("retrieval", "rerank") for s in self.steps)
+        return any(step.kind == "retrieval" or step.kind == "rerank" for step in self.steps)
 
     @property
     def contexts(self) -> list[Document]:
@@ -150,27 +150,38 @@ def context_documents(steps: list[Step]) -> list[Document]:
     order, where a rerank step's output replaces the documents retrieved since the previous rerank
     (or, right after another rerank, that rerank's output); rounds that start after the last LLM
     step ended came after the answer and are left out; a document retrieved again (the same id and
-    text, or the same text without an id) counts once, at its first place."""
-    answer_end = next((s.end_us for s in reversed(steps) if s.kind == "llm"), None)
+    text, or the same text without an id) counts once, at its first place.
+
+    Plain loops: several evaluators read it for every scored trace."""
+    answer_end = None
+    for step in reversed(steps):
+        if step.kind == "llm":
+            answer_end = step.end_us
+            break
     rounds: list[list[Document]] = []
     since_rerank = False  # the last round holds retrievals made since the last rerank
     for step in steps:
-        if step.kind not in ("retrieval", "rerank"):
+        kind = step.kind
+        if kind != "retrieval" and kind != "rerank":
             continue
         if answer_end is not None and step.start_us is not None and step.start_us >= answer_end:
             continue
-        if step.kind == "retrieval":
-            if not since_rerank:
-                rounds.append([])
+        if kind == "retrieval":
+            if since_rerank:
+                rounds[-1].extend(step.documents)
+            else:
+                rounds.append(list(step.documents))
                 since_rerank = True
-            rounds[-1].extend(step.documents)
         elif step.documents:
             if rounds:
                 rounds[-1] = list(step.documents)
             else:
                 rounds.append(list(step.documents))
             since_rerank = False
-    return _first_of_each([d for found in rounds for d in found])
+    if not rounds:
+        return []
+    docs = rounds[0] if len(rounds) == 1 else [d for found in rounds for d in found]
+    return _first_of_each(docs) if len(docs) > 1 else docs
 
 
 def _first_of_each(docs: list[Document]) -> list[Document]:
@@ -182,4 +193,4 @@ def _first_of_each(docs: list[Document]) -> list[Document]:
             continue
         seen.add(key)
         kept.append(doc)
-    return kept
+    return kept if len(kept) < len(docs) else docs

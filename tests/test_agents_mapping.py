@@ -358,7 +358,7 @@ def test_a_10_mb_tool_result_is_read_and_clipped_for_the_judge_like_any_document
 
 def test_the_context_of_several_rounds_is_every_document_before_the_answer_once() -> None:
     """Rounds in call order, a document found again counted once (at its first place); the
-    retrieval metrics read the same list."""
+    retrieval metrics read the rounds in call order too, each id once."""
     t = genai_agent([search_docs(FIRST), search_docs(SECOND)])
     t.spans[0].attributes["rag.expected.documents"] = ["returns-window"]
     trace = t.map()
