@@ -23,6 +23,7 @@ COMPILED = [
     "semconv/parallel_trees.py",
     "semconv/tree.py",
     "semconv/tools.py",
+    "semconv/agent_steps.py",
     "semconv/mappers/genai.py",
     "semconv/mappers/langfuse.py",
     "semconv/mappers/langsmith.py",

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from semconv import names, tools
+from semconv.agent_steps import count_calls, final_llm_text, read_tools, tool_fields, with_hosted_retrievals
 from semconv.construct import builder
 from semconv.documents import fill_ids, fill_ids_by_content, fill_metadata_ids
 from semconv.mappers import genai, langfuse, langsmith, openinference, openllmetry
@@ -23,7 +24,7 @@ from semconv.models import RAG_STEP_KINDS, STEP_KINDS, Document, RagTrace, SpanR
 from semconv.options import DEFAULT_OPTIONS, MappingOptions
 from semconv.parallel_trees import merge_parallel_duplicates
 from semconv.tree import Node, build_tree, group, is_leaf, start_key, unique_spans, unlink
-from semconv.values import integer, is_absent, lower, string_list, text
+from semconv.values import first_key, integer, is_absent, lower, string_list, text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -137,16 +138,8 @@ def _first_of(items: Iterable[T], read: Callable[[T], Any]) -> Any:
     return None
 
 
-def _first_key(attrs: dict[str, Any], keys: Iterable[str]) -> Any:
-    for key in keys:
-        value = attrs.get(key)
-        if not is_absent(value):
-            return value
-    return None
-
-
 def model(attrs: dict[str, Any], kind: str) -> str | None:
-    found = _first_key(attrs, MODEL_KEYS)
+    found = first_key(attrs, MODEL_KEYS)
     if found is None and kind == "embedding":
         found = attrs.get("embedding.model_name")
     if found is None and kind == "rerank":
@@ -175,13 +168,13 @@ def _token_count(value: Any) -> int | None:
 
 def tokens(attrs: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
     """(input, output, total) tokens of one span."""
-    input_tokens = _token_count(_first_key(attrs, INPUT_TOKEN_KEYS))
+    input_tokens = _token_count(first_key(attrs, INPUT_TOKEN_KEYS))
     if input_tokens is None:
         input_tokens = _token_count(langfuse.usage(attrs, "input"))
-    output_tokens = _token_count(_first_key(attrs, OUTPUT_TOKEN_KEYS))
+    output_tokens = _token_count(first_key(attrs, OUTPUT_TOKEN_KEYS))
     if output_tokens is None:
         output_tokens = _token_count(langfuse.usage(attrs, "output"))
-    total = _token_count(_first_key(attrs, TOTAL_TOKEN_KEYS))
+    total = _token_count(first_key(attrs, TOTAL_TOKEN_KEYS))
     if total is None:
         total = _token_count(langfuse.usage(attrs, "total"))
     if total is None and input_tokens is not None and output_tokens is not None:
@@ -332,51 +325,6 @@ _SAMPLE_STEP: tuple[Any, ...] = (
 _new_step = builder(Step, _STEP_FIELDS, _SAMPLE_STEP)
 
 
-def read_tools(ordered: list[Node], options: MappingOptions) -> None:
-    """Name every tool call, and make a retrieval of each one that is (docs/conventions.md, "Agents
-    and tools"): a tool `mapping.retrieval_tools` names, or, with `detect_retrieval_tools`, one whose
-    name or description says it searches and whose result reads as documents. A tool with a
-    retrieval span below it stays a tool: that span holds the documents (a retriever called inside a
-    LangChain tool). Children are read before their parents, so an agent run as a tool over a
-    search tool is not a second retrieval of the same documents."""
-    covered: set[int] = set()  # nodes with a retrieval below them
-    for node in reversed(ordered):  # `ordered` lists parents before children
-        attrs = node.span.attributes
-        if node.kind == "tool":
-            node.tool = tools.tool_name(node.span)
-            if id(node) not in covered:
-                _read_retrieval_tool(node, options)
-        elif node.kind == "retrieval" and tools.is_tool_call(attrs):
-            node.tool = tools.tool_name(node.span)  # `rag.step = retrieval` on a tool span
-        if (node.kind in ("retrieval", "rerank") or id(node) in covered) and node.parent is not None:
-            covered.add(id(node.parent))
-
-
-def _read_retrieval_tool(node: Node, options: MappingOptions) -> None:
-    attrs = node.span.attributes
-    named = tools.is_named_retrieval(node.tool, options)
-    if not named and not (
-        options.detect_retrieval_tools and tools.says_retrieval(node.tool, tools.tool_description(attrs))
-    ):
-        return
-    found = tools.result_documents(tools.result(attrs), strict=not named)
-    if found is not None or named:
-        node.kind = "retrieval"
-        node.tool_documents = found or []
-
-
-def _tool_fields(top: Node, f: dict[str, Any]) -> None:
-    """A tool call's fields: arguments as input, its result as output (a retrieval's documents are
-    its output), the tool's name and the result's size in characters."""
-    attrs = top.span.attributes
-    result = text(tools.result(attrs))
-    f["tool_name"] = top.tool
-    f["result_size"] = len(result) if result is not None else None
-    if top.kind == "tool":
-        f["input"] = text(tools.arguments(attrs))
-        f["output"] = result
-
-
 def _step(top: Node) -> Step:
     members = top.members
     kind = top.kind
@@ -406,7 +354,7 @@ def _step(top: Node) -> Step:
         f["input"] = generic_input(top.span)
         f["output"] = generic_output(top.span)
     if top.tool is not None:
-        _tool_fields(top, f)
+        tool_fields(top, f)
     rep = representative.span
     input_tokens, output_tokens, total_tokens = _tokens(kind, order, members)
     # Every value is already of its field's type (the readers above normalize them), so the step
@@ -463,58 +411,6 @@ def _retrieval_fields(top: Node, order: list[Node], f: dict[str, Any]) -> None:
     if query is None and top.tool is not None:
         query = tools.query(tools.arguments(top.span.attributes))
     f["query"] = f["input"] = query
-
-
-def _with_hosted_retrievals(steps: list[Step], nodes: list[Node], options: MappingOptions) -> list[Step]:
-    """`steps` with a retrieval step before each LLM step for each search the model ran itself
-    (a hosted tool, OpenAI's file search: its call and results are in the LLM span's output, with
-    no span of their own). The retrieval step shares the LLM step's span."""
-    hosted: dict[str, list[tools.HostedCall]] = {}
-    for node in nodes:
-        if node.kind == "llm":
-            calls = tools.hosted_calls(node.span.attributes)
-            if calls:
-                hosted[node.span.span_id] = calls
-    if not hosted:
-        return steps
-    result: list[Step] = []
-    for step in steps:
-        if step.kind == "llm" and step.span_id in hosted:
-            result.extend(_hosted_retrievals(step, hosted[step.span_id], options))
-        result.append(step)
-    return result
-
-
-def _hosted_retrievals(llm: Step, calls: list[tools.HostedCall], options: MappingOptions) -> list[Step]:
-    found = []
-    for name, arguments, result in calls:
-        named = tools.is_named_retrieval(name, options)
-        if not named and not (options.detect_retrieval_tools and tools.says_retrieval(name, None)):
-            continue
-        docs = tools.result_documents(result, strict=not named)
-        if docs is None and not named:
-            continue
-        query = tools.query(arguments)
-        recorded = text(result)
-        found.append(
-            Step(
-                span_id=llm.span_id,
-                parent_span_id=llm.parent_span_id,
-                kind="retrieval",
-                name=name or llm.name,
-                convention=llm.convention,
-                input=query,
-                query=query,
-                documents=fill_metadata_ids(docs or []),
-                start_us=llm.start_us,
-                end_us=llm.end_us,
-                status=llm.status,
-                span_ids=[llm.span_id],
-                tool_name=name,
-                result_size=len(recorded) if recorded is not None else None,
-            )
-        )
-    return found
 
 
 def _tokens(kind: str, order: list[Node], members: list[Node]) -> tuple[int | None, int | None, int | None]:
@@ -626,7 +522,7 @@ def _answer(root: Node, nodes: list[Node], steps: list[Step]) -> str | None:
     if is_absent(found) and not root_is_step:
         found = _prose(langsmith.trace_answer(a))
     if is_absent(found):
-        found = _final_llm_text(nodes, steps)
+        found = final_llm_text(nodes, steps)
     return text(found)
 
 
@@ -635,39 +531,6 @@ def _prose(value: str | None) -> str | None:
     if value is None or ("(" not in value and value.lstrip()[:1] not in ("{", "[")):
         return value
     return plain_text(value)
-
-
-def _final_llm_text(nodes: list[Node], steps: list[Step]) -> str | None:
-    """The output of the last LLM step that has text and asks for no tool call (an agent's turns
-    before its answer call tools; their text, if any, is thinking aloud)."""
-    llms = [s for s in steps if s.kind == "llm" and s.output]
-    if not llms:
-        return None
-    spans = {n.span.span_id: n.span for n in nodes}
-    for step in reversed(llms):
-        if not any(tools.requests_tool_call(spans[i].attributes) for i in step.span_ids if i in spans):
-            return step.output
-    return None
-
-
-def _count_calls(steps: list[Step]) -> tuple[int, int, int, int]:
-    """The agent counts: tool calls, failed tool calls, retrieval rounds, LLM calls."""
-    tool_calls = tool_errors = rounds = llm_calls = 0
-    for step in steps:
-        if step.tool_name is not None:
-            tool_calls += 1
-            tool_errors += step.status == "ERROR"
-        if step.kind == "retrieval":
-            rounds += 1
-        elif step.kind == "llm" and _called_a_model(step):
-            llm_calls += 1
-    return tool_calls, tool_errors, rounds, llm_calls
-
-
-def _called_a_model(step: Step) -> bool:
-    """An LLM step with an output or token counts: a model was called (a framework's span that
-    only prepares a request, LlamaIndex's `_prepare_chat_with_tools`, has neither)."""
-    return bool(step.output) or step.input_tokens is not None or step.output_tokens is not None
 
 
 def _sum(values: Iterable[float | int | None]) -> Any:
@@ -714,10 +577,10 @@ def _map_tree(nodes: list[Node], roots: list[Node], options: MappingOptions) -> 
     tops = group(nodes)
     steps = sorted((_step(t) for t in tops), key=lambda s: (s.start_us or 0, s.span_id))
     steps = merge_parallel_duplicates(steps, CONVENTION_ORDER)  # two libraries, one call
-    steps = _with_hosted_retrievals(steps, nodes, options)
+    steps = with_hosted_retrievals(steps, nodes, options)
     for position, step in enumerate(steps):
         step.position = position
-    tool_calls, tool_errors, rounds, llm_calls = _count_calls(steps)
+    tool_calls, tool_errors, rounds, llm_calls = count_calls(steps)
     starts = [n.span.start_us for n in nodes if n.span.start_us is not None]
     ends = [n.span.end_us for n in nodes if n.span.end_us is not None]
     trace = RagTrace(

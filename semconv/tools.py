@@ -22,7 +22,7 @@ from semconv.mappers.text_fields import question_text
 from semconv.models import Document, SpanRecord
 from semconv.options import MappingOptions
 from semconv.reprs import parse_repr
-from semconv.values import Attributes, as_list, is_absent, lower, parse_structured, text, unflatten
+from semconv.values import Attributes, as_list, first_key, lower, parse_structured, text, unflatten
 
 NAME_KEYS = ("gen_ai.tool.name", "tool.name", "tool_call.function.name")
 DESCRIPTION_KEYS = ("gen_ai.tool.description", "tool.description")
@@ -111,11 +111,10 @@ def requests_tool_call(attrs: Mapping[str, Any]) -> bool:
             isinstance(p, Mapping) and p.get("type") in ("tool_call", "function_call") for p in parts
         ):
             return True
-    flattened = getattr(attrs, "flattened", None)
-    if flattened is not None:
+    if isinstance(attrs, Attributes):
         for prefix, marker in _TOOL_CALL_KEYS:
             # The last output message: a hosted tool's call comes before its result and the answer.
-            items = flattened(prefix) or {}
+            items = attrs.flattened(prefix) or {}
             if items and any(suffix.startswith(marker) for suffix in items[max(items)]):
                 return True
     reasons = attrs.get("gen_ai.response.finish_reasons")
@@ -132,22 +131,14 @@ def tool_description(attrs: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _first(attrs: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
-    for key in keys:
-        value = attrs.get(key)
-        if not is_absent(value):
-            return value
-    return None
-
-
 def arguments(attrs: Mapping[str, Any]) -> Any:
     """The call's arguments as recorded (JSON text or a structure)."""
-    return _first(attrs, ARGUMENT_KEYS)
+    return first_key(attrs, ARGUMENT_KEYS)
 
 
 def result(attrs: Mapping[str, Any]) -> Any:
     """The call's result as recorded (JSON text, a repr, plain text or a structure)."""
-    found = _first(attrs, RESULT_KEYS)
+    found = first_key(attrs, RESULT_KEYS)
     if found is None and lower(attrs.get("langsmith.span.kind")) == "tool":
         found = attrs.get("gen_ai.completion")
     return found

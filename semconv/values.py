@@ -6,7 +6,7 @@ import ast
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 REDACTED = "__REDACTED__"
@@ -61,6 +61,15 @@ def parse_structured(value: Any) -> Any:
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return value
     return value
+
+
+def first_key(attrs: Mapping[str, Any], keys: Iterable[str]) -> Any:
+    """The value of the first of `keys` present (not absent) in `attrs`, else None."""
+    for key in keys:
+        value = attrs.get(key)
+        if not is_absent(value):
+            return value
+    return None
 
 
 def as_mapping(value: Any) -> dict[str, Any] | None:

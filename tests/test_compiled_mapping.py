@@ -38,6 +38,7 @@ COMPILED_MODULES = [
     "semconv.parallel_trees",
     "semconv.tree",
     "semconv.tools",
+    "semconv.agent_steps",
     "semconv.mappers.genai",
     "semconv.mappers.langfuse",
     "semconv.mappers.langsmith",
