@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ from starlette.routing import Route
 
 from collector.datasets import DatasetError, cases_table, parse_cases
 from collector.processors.assembler import TraceAssembler
-from collector.sql import TRUNCATED_HEADER, QueryError, SqlConfig
+from collector.sql import TRUNCATED_HEADER, QueryError, SqlConfig, user_sql
 from collector.store.base import Store
 from collector.telemetry import Metrics
 
@@ -26,7 +27,8 @@ class OrjsonResponse(JSONResponse):
 
 
 class Api:
-    """Routes: GET /healthz, GET /metrics, POST /api/sql, POST /api/cases."""
+    """Routes: GET /healthz (and /healthz/live, /healthz/ready), GET /metrics, POST /api/sql,
+    POST /api/cases."""
 
     def __init__(
         self,
@@ -35,29 +37,43 @@ class Api:
         sql: SqlConfig,
         assembler: TraceAssembler | None = None,
         health: Callable[[], dict[str, object]] | None = None,
+        ready: Callable[[], tuple[bool, dict[str, object]]] | None = None,
     ) -> None:
         self._store = store
         self._health = health or (lambda: {"status": "ok"})
+        self._ready = ready or (lambda: (True, {"status": "ready"}))
         self._metrics = metrics
         self._sql = sql
+        # Turns for user queries (sql.max_concurrent); more wait, in the event loop.
+        self._sql_turns = asyncio.Semaphore(sql.max_concurrent)
         self._assembler = assembler
 
     def routes(self) -> list[Route]:
         return [
             Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/healthz/live", self.healthz, methods=["GET"]),
+            Route("/healthz/ready", self.readyz, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/api/sql", self.sql, methods=["POST"]),
             Route("/api/cases", self.load_cases, methods=["POST"]),
         ]
 
     async def healthz(self, request: Request) -> Response:
-        """200 while the service serves; the body adds details (the judge's pre-run check)."""
+        """Liveness (`/healthz`, `/healthz/live`): 200 while the process serves, whatever the store
+        or the judge; the body tells their state."""
         return OrjsonResponse(self._health())
+
+    async def readyz(self, request: Request) -> Response:
+        """Readiness (`/healthz/ready`): 200 while exports can be stored, 503 with the reason when
+        not (the store cannot write: a full disk, a read-only file system, a lost catalog)."""
+        ready, body = self._ready()
+        return OrjsonResponse(body, status_code=200 if ready else 503)
 
     async def metrics(self, request: Request) -> Response:
         return Response(self._metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def sql(self, request: Request) -> Response:
+        """One read-only query: a JSON array of row objects, within the `sql:` limits."""
         try:
             payload = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
@@ -69,17 +85,32 @@ class Api:
         if not isinstance(max_rows, int) or max_rows <= 0:
             return self._error("max_rows must be a positive integer")
         max_rows = min(max_rows, self._sql.max_rows)
+        # Waiting for a turn happens here, in the event loop: a queue of queries holds no thread of
+        # the pool that the OTLP/HTTP receiver and the dashboard use too.
         try:
-            records, truncated = await run_in_threadpool(self._run, query, max_rows)
+            async with asyncio.timeout(self._sql.timeout):
+                await self._sql_turns.acquire()
+        except TimeoutError:
+            return self._error(
+                f"{self._sql.max_concurrent} queries are running (sql.max_concurrent); try again later",
+                status_code=503,
+            )
+        try:
+            body, truncated = await run_in_threadpool(self._run, query, max_rows)
         except QueryError as exc:
             return self._error(str(exc))
+        finally:
+            self._sql_turns.release()
         self._metrics.sql_queries.labels("ok").inc()
         headers = {TRUNCATED_HEADER: "true"} if truncated else None
-        return OrjsonResponse(records, headers=headers)
+        # A view of the answer built while streaming: sent as it is, not copied once more.
+        return Response(memoryview(body), media_type="application/json", headers=headers)
 
-    def _run(self, query: str, max_rows: int) -> tuple[list[dict[str, Any]], bool]:
-        result = self._store.query(query, max_rows, self._sql.timeout)
-        return result.records(), result.truncated
+    def _run(self, query: str, max_rows: int) -> tuple[bytes | bytearray, bool]:
+        # A user's query: held to sql.max_bytes and sql.memory_limit, its JSON built as it streams.
+        with user_sql(self._sql):
+            result = self._store.query(query, max_rows, self._sql.timeout)
+        return result.to_json(), result.truncated
 
     async def load_cases(self, request: Request) -> Response:
         """Insert or replace golden cases: body `{"source": "...", "cases": [{id, question, ...}]}`."""
@@ -98,6 +129,6 @@ class Api:
         if self._assembler is not None:
             self._assembler.refresh_cases()
 
-    def _error(self, message: str) -> Response:
+    def _error(self, message: str, status_code: int = 400) -> Response:
         self._metrics.sql_queries.labels("error").inc()
-        return OrjsonResponse({"error": message}, status_code=400)
+        return OrjsonResponse({"error": message}, status_code=status_code)

@@ -36,15 +36,18 @@ class BackgroundWorker:
         log: logging.Logger,
         failed: str,
         on_error: Callable[[], object] | None = None,
+        absorb: Callable[[BaseException], bool] | None = None,
     ) -> None:
         """The loop of a periodic component: `one_round` now, then every `seconds` until stopped. A
         round that raises is logged on `log` as `failed` (with the traceback) and counted with
-        `on_error`; the next round runs as planned."""
+        `on_error`, unless `absorb` takes the error (a storage failure, counted in the store's
+        health instead of a traceback a round); the next round runs as planned."""
         while not self._stopping.is_set():
             try:
                 one_round()
-            except Exception:
+            except Exception as exc:
                 if on_error is not None:
                     on_error()
-                log.exception(failed)
+                if absorb is None or not absorb(exc):
+                    log.exception(failed)
             self._stopping.wait(seconds)

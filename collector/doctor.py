@@ -1,6 +1,7 @@
 """`ragpulse doctor`: what in a configuration is unsafe to run beside production, and how to fix it.
 
-Pure over the config (and the environment the keys are read from): each check gives a `Finding`
+Over the config, the environment the keys are read from and the free space on the store's disk: each
+check gives a `Finding`
 with a level (`ok`, `warn`: worth fixing before production, `unsafe`: data or access exposed now)
 and a fix. See docs/security.md.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -18,6 +20,7 @@ from collector.config import Config
 from collector.processors.config import STAGES
 from collector.receivers.config import host_is_loopback
 from collector.receivers.tls import ServerTls, TlsError
+from collector.store.disk import free_bytes
 
 Level = Literal["ok", "warn", "unsafe"]
 
@@ -42,6 +45,7 @@ def examine(config: Config, environ: Mapping[str, str] | None = None) -> list[Fi
         _retention(config),
         _judge_transport(config),
         *([_catalog(config)] if config.store.backend == "ducklake" else []),
+        *([_disk(config)] if _store_directory(config) is not None else []),
     ]
 
 
@@ -165,6 +169,51 @@ def _catalog(config: Config) -> Finding:
             "sslmode=verify-full in store.catalog (sslrootcert= for your CA)",
         )
     return Finding("catalog", "ok", f"catalog at {host}, data in {config.store.data_path}")
+
+
+def _store_directory(config: Config) -> Path | None:
+    """The local directory the store writes in (the file's, or the lake's data path), or its
+    nearest existing parent; None for a lake on object storage."""
+    store = config.store
+    where = store.path if store.backend == "duckdb" else store.data_path
+    if not where or "://" in where:
+        return None
+    directory = Path(where).expanduser().absolute()
+    directory = directory if store.backend == "ducklake" else directory.parent
+    while not directory.exists():
+        directory = directory.parent
+    return directory
+
+
+def _disk(config: Config) -> Finding:
+    """Free space beside the store: under `store.min_free_mb`, commits may soon fail (exports are
+    then refused until space returns), and retention's size cap should fit on the disk."""
+    directory = _store_directory(config)
+    assert directory is not None
+    free = free_bytes(directory)
+    wanted = config.store.min_free_mb * 1_000_000
+    detail = f"{free / 1e9:.1f} GB free on {directory}"
+    if free < wanted:
+        return Finding(
+            "disk",
+            "warn",
+            f"{detail}, under store.min_free_mb ({config.store.min_free_mb:,} MB): commits fail on a "
+            "full disk and exports are refused until space returns",
+            "free space or grow the volume; store.retention.max_bytes keeps the database under a cap",
+        )
+    cap = config.store.retention.max_bytes
+    if cap is not None and config.store.backend == "duckdb":
+        used = sum(
+            f.stat().st_size for f in directory.glob(f"{Path(config.store.path).name}*") if f.is_file()
+        )
+        if cap > used + free:
+            return Finding(
+                "disk",
+                "warn",
+                f"{detail}: store.retention.max_bytes ({cap / 1e9:.1f} GB) is more than the disk holds",
+                "lower store.retention.max_bytes below the free space plus the database's size",
+            )
+    return Finding("disk", "ok", detail)
 
 
 def _judge_transport(config: Config) -> Finding:

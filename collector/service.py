@@ -51,7 +51,8 @@ from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.receivers.tls import ServerTls, TlsError
 from collector.server_file import server_file
-from collector.store import Store, open_store
+from collector.store import Store, StoreError, open_store
+from collector.store.health import StoreProbe, store_error_reason
 from collector.store.maintenance import StoreMaintainer
 from collector.store.retention import RetentionKeeper
 from collector.store.writer import SpanWriter
@@ -90,6 +91,7 @@ class Service:
         self.retention: RetentionKeeper | None = None
         self.maintainer: StoreMaintainer | None = None
         self.probe_runner: ProbeRunner | None = None
+        self.store_probe: StoreProbe | None = None
         budget = config.sampling.budget
         # One budget for every judge call: online scoring and the canaries.
         self.judge_budget = JudgeBudget(
@@ -128,6 +130,9 @@ class Service:
         _warn_if_unsafe(cfg)
         store_config = cfg.store_beside_workers()
         self.store = open_store(store_config)
+        self.metrics.watch_store(self.store.health)
+        self.store_probe = StoreProbe(self.store)
+        self.store_probe.start()
         self.writer = SpanWriter(
             self.store, self.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
         )
@@ -179,7 +184,7 @@ class Service:
         await self._grpc.start()
 
         http_receiver = OtlpHttpReceiver(cfg.receivers, pipeline, self.metrics)
-        api = Api(self.store, self.metrics, cfg.sql, self.assembler, health=self.health)
+        api = Api(self.store, self.metrics, cfg.sql, self.assembler, health=self.health, ready=self.readiness)
         dashboard = DashboardApi(dashboard_data(self._read_rows, cfg))
         app = Starlette(
             routes=[*http_receiver.routes(), *api.routes(), *dashboard.routes(), *pages.routes()],
@@ -250,6 +255,7 @@ class Service:
             from evaluators.judge.build import open_judge
 
             judge = self._judge = open_judge(cfg.judge, check=False)
+            judge.on_rate_limited = self.metrics.rate_limit_counter("scoring")
             self.judge_health = JudgeHealth(judge.model)
             threading.Thread(target=self._check_judge, name="ragpulse-judge-check", daemon=True).start()
             evaluators = [(str(e["name"]), build_evaluator(e, judge)) for e in setup.judge_entries]
@@ -295,6 +301,7 @@ class Service:
             judge = self._canary_judge = open_judge(
                 self.config.judge, check=False, persistent_cache=False, cache_size=0
             )
+            judge.on_rate_limited = self.metrics.rate_limit_counter("canaries")
             self.canary_runner = CanaryRunner(
                 store,
                 monitoring.canaries,
@@ -350,11 +357,32 @@ class Service:
         return self.store.query(sql, self.config.sql.max_rows, self.config.sql.timeout).records()
 
     def health(self) -> dict[str, object]:
-        """`GET /healthz`: ok while the receivers serve, with the judge's state when there is one."""
+        """`GET /healthz` and `/healthz/live`: ok while the process serves (whatever the store's
+        state), with the store's and the judge's state."""
         body: dict[str, object] = {"status": "ok"}
+        if self.store is not None:
+            body["store"] = self.store.health.as_dict()
         if self.judge_health is not None:
             body["judge"] = self.judge_health.as_dict()
         return body
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """`GET /healthz/ready`: ready while exports can be stored; the reason when not (the store
+        cannot write, ragpulse is stopping). A judge that is down does not make it unready: spans
+        are still stored and their judge scores are errors."""
+        if self._stop.is_set():
+            return False, {"status": "not_ready", "reason": "ragpulse is stopping"}
+        if self.store is None:
+            return False, {"status": "not_ready", "reason": "starting"}
+        health = self.store.health
+        if not health.writable:
+            state = health.as_dict()
+            return False, {
+                "status": "not_ready",
+                "store": health.reason,
+                "failing_for_s": state.get("failing_for_s"),
+            }
+        return True, {"status": "ready"}
 
     async def stop(self) -> None:
         """Stop in reverse order; every export already accepted is committed before the store closes."""
@@ -391,11 +419,31 @@ class Service:
             await asyncio.to_thread(self.retention.stop)
         if self.maintainer:
             await asyncio.to_thread(self.maintainer.stop)
+        if self.store_probe:
+            await asyncio.to_thread(self.store_probe.stop)
         if self.store:
-            self.store.close()
-            if not self.store.shared:
-                with contextlib.suppress(OSError):
-                    server_file(self.config.store.path).unlink()
+            try:
+                self._close_store(self.store)
+            finally:
+                if not self.store.shared:
+                    with contextlib.suppress(OSError):
+                        server_file(self.config.store.path).unlink()
+
+    @staticmethod
+    def _close_store(store: Store) -> None:
+        """Close the store; a store that cannot write its last checkpoint ends the stop with one
+        line (`StoreError`, exit 1), not a traceback: what was acknowledged is in the write-ahead
+        log, replayed at the next start."""
+        try:
+            store.close()
+        except Exception as exc:
+            reason = store_error_reason(exc)
+            if reason is None:
+                raise
+            raise StoreError(
+                f"ragpulse stopped, but the store could not write its last checkpoint ({reason}); "
+                "every acknowledged span is in the write-ahead log and is replayed at the next start"
+            ) from None
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from collector.store.health import StoreHealth
 
 
 class Metrics:
@@ -63,6 +67,18 @@ class Metrics:
         self.spans_stored = Counter("ragpulse_spans_stored", "Spans committed to the store", registry=r)
         self.commits = Counter("ragpulse_commits", "Store transactions committed", registry=r)
         self.commit_errors = Counter("ragpulse_commit_errors", "Store transactions that failed", registry=r)
+        self.store_writable = Gauge(
+            "ragpulse_store_writable",
+            "1 while the store takes writes, 0 while they fail (a full disk, a lost catalog)",
+            registry=r,
+        )
+        self.store_writable.set(1)
+        self.store_write_failures = Counter(
+            "ragpulse_store_write_failures",
+            "Writes that failed for the store's sake (no space, read-only, unreachable), by component",
+            ["component"],
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "ragpulse_commit_seconds",
             "Time to commit one group of exports",
@@ -141,6 +157,18 @@ class Metrics:
             ["evaluator"],
             registry=r,
             buckets=(0.5, 1, 2.5, 5, 7.5, 10, 15, 30, 60, 120, 300, 600),
+        )
+        self.judge_rate_limited = Counter(
+            "ragpulse_judge_rate_limited",
+            "Judge answers 429 (rate limited), by judge (online scoring, canaries)",
+            ["judge"],
+            registry=r,
+        )
+        self.judge_rate_limit_wait = Counter(
+            "ragpulse_judge_rate_limit_wait_seconds",
+            "Seconds judge calls waited after a 429 before retrying (Retry-After honoured), by judge",
+            ["judge"],
+            registry=r,
         )
         self.judge_calls = Counter(
             "ragpulse_judge_calls",
@@ -260,6 +288,21 @@ class Metrics:
     def redaction_counter(self, stage: str) -> Callable[[str], None]:
         """`on_match` for the redactor of `stage`: counts each value redacted, by its kind."""
         return lambda kind: self.redactions.labels(kind, stage).inc()
+
+    def watch_store(self, health: StoreHealth) -> None:
+        """`ragpulse_store_writable` read from the store's health at each scrape, and its failed
+        writes counted by component."""
+        self.store_writable.set_function(lambda: 1.0 if health.writable else 0.0)
+        health.on_failure = lambda component: self.store_write_failures.labels(component).inc()
+
+    def rate_limit_counter(self, judge: str) -> Callable[[float], None]:
+        """`on_rate_limited` for a judge client: counts each 429 and the seconds waited after it."""
+
+        def counted(wait: float) -> None:
+            self.judge_rate_limited.labels(judge).inc()
+            self.judge_rate_limit_wait.labels(judge).inc(wait)
+
+        return counted
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

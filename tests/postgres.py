@@ -48,21 +48,16 @@ class PostgresServer:
         self._run(
             str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8"
         )
+        self._start_server()
+        return self
+
+    def _start_server(self) -> None:
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
         )
-        self._run(
-            str(self.bin / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-o",
-            options,
-            "-l",
-            str(self.root / "log"),
-            "start",
-        )
+        pg_ctl = str(self.bin / "pg_ctl")
+        self._run(pg_ctl, "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "start")
         wait_for(self._ready, timeout=30, what="PostgreSQL to accept connections")
-        return self
 
     def _ready(self) -> bool:
         done = subprocess.run(
@@ -100,6 +95,14 @@ class PostgresServer:
 
     def catalog(self, name: str) -> str:
         return f"postgres:dbname={name} host=127.0.0.1 port={self.port} user=postgres"
+
+    def pause(self) -> None:
+        """Stop the server (its data stays): the catalog goes down under the lake's users."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "stop")
+
+    def resume(self) -> None:
+        """Start the paused server again, on the same port."""
+        self._start_server()
 
     def stop(self) -> None:
         try:

@@ -1,4 +1,4 @@
-"""A stand-in for the OpenTelemetry Collector's `loadbalancing` exporter with `routing_key: traceID`
+"""A stand-in for the OpenTelemetry Collector's `load_balancing` exporter with `routing_key: traceID`
 (no Collector binary can be fetched here): an OTLP/gRPC server that splits each export by trace and
 sends every part to the replica the Collector's hash ring picks for that trace id.
 

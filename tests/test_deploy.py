@@ -27,6 +27,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from collector.auth.http import HEALTH_PATHS
 from collector.cli import main
 from collector.cli.serve import serve
 from collector.config import Config, load_config
@@ -48,7 +49,7 @@ REPLICAS = ("ragpulse-1", "ragpulse-2")
 CONTRIB_COMPONENTS: dict[str, frozenset[str]] = {
     "receivers": frozenset({"otlp"}),
     "processors": frozenset({"batch", "memory_limiter"}),
-    "exporters": frozenset({"otlp", "otlphttp", "loadbalancing", "debug"}),
+    "exporters": frozenset({"otlp", "otlphttp", "load_balancing", "debug"}),
     "extensions": frozenset({"health_check", "pprof", "zpages"}),
 }
 PIPELINE_TYPES = frozenset({"traces", "logs", "metrics"})
@@ -582,7 +583,7 @@ def test_compose_collector_routes_to_the_replicas() -> None:
     assert len(config_flags) == 1
     mounted = {target: bind_source(source) for source, target in volume_mounts(otelcol)}
     assert mounted.get(config_flags[0].split("=", 1)[1]) == ROUTING
-    dns = load_yaml(ROUTING)["exporters"]["loadbalancing"]["resolver"]["dns"]
+    dns = load_yaml(ROUTING)["exporters"]["load_balancing"]["resolver"]["dns"]
     assert int(dns["port"]) == lake_config().receivers.grpc_port
     for name in REPLICAS:
         aliases = data["services"][name]["networks"]["default"]["aliases"]
@@ -627,16 +628,16 @@ def check_collector_config(config: Mapping[str, Any], where: str) -> None:
     assert {"grpc", "http"} <= set(protocols), f"{where}: the otlp receiver takes gRPC and HTTP"
 
 
-def check_loadbalancing(config: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The routing tier: traceID routing by the loadbalancing exporter; returns its resolver."""
-    exporter = config["exporters"]["loadbalancing"]
+def check_load_balancing(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The routing tier: traceID routing by the load_balancing exporter; returns its resolver."""
+    exporter = config["exporters"]["load_balancing"]
     assert exporter["routing_key"] == "traceID"
     otlp = exporter["protocol"]["otlp"]
     assert "endpoint" not in otlp, f"{where}: the endpoint comes from the resolver"
     resolver = exporter["resolver"]
     assert len(resolver) == 1 and set(resolver) <= {"dns", "k8s", "static"}, f"{where}: {resolver}"
     for name, pipeline in config["service"]["pipelines"].items():
-        assert pipeline["exporters"] == ["loadbalancing"], f"{where}: {name} bypasses the routing"
+        assert pipeline["exporters"] == ["load_balancing"], f"{where}: {name} bypasses the routing"
     return dict(resolver)
 
 
@@ -654,15 +655,15 @@ def test_collector_check_catches_mistakes() -> None:
 def test_routing_collector_config() -> None:
     config = load_yaml(ROUTING)
     check_collector_config(config, "routing.yaml")
-    resolver = check_loadbalancing(config, "routing.yaml")
+    resolver = check_load_balancing(config, "routing.yaml")
     assert set(resolver["dns"]) >= {"hostname", "port"}
-    assert config["exporters"]["loadbalancing"]["protocol"]["otlp"]["tls"]["insecure"] is True
+    assert config["exporters"]["load_balancing"]["protocol"]["otlp"]["tls"]["insecure"] is True
 
 
 def test_agent_collector_config_forwards_to_the_routing_service() -> None:
     config = load_yaml(AGENT)
     check_collector_config(config, "agent.yaml")
-    assert "loadbalancing" not in config["exporters"]
+    assert "load_balancing" not in config["exporters"]
     host, _, port = config["exporters"]["otlp"]["endpoint"].rpartition(":")
     routing_service = k8s_object("Service", "ragpulse-otelcol")
     assert host == routing_service["metadata"]["name"]
@@ -783,12 +784,14 @@ def test_statefulset_is_governed_by_the_headless_service() -> None:
     assert grpc_port in target_ports
 
 
-def test_statefulset_probes_hit_healthz_on_the_http_port() -> None:
+def test_statefulset_probes_hit_ready_and_live_on_the_http_port() -> None:
     container = ragpulse_container()
     config = replica_config()
-    for probe in ("readinessProbe", "livenessProbe"):
+    paths = {"readinessProbe": "/healthz/ready", "livenessProbe": "/healthz/live"}
+    for probe, path in paths.items():
         http_get = container[probe]["httpGet"]
-        assert http_get["path"] == "/healthz", probe
+        assert http_get["path"] == path, probe
+        assert path in HEALTH_PATHS, probe  # open without a key, like the kubelet asks
         assert container_port(container, http_get["port"]) == config.receivers.http_port, probe
         scheme = "HTTPS" if config.tls.cert_file else "HTTP"
         assert http_get.get("scheme", "HTTP") == scheme, probe
@@ -882,7 +885,7 @@ def test_routing_collector_in_kubernetes() -> None:
     (flag,) = [arg for arg in container["args"] if arg.startswith("--config=")]
     config = yaml.safe_load(configmap_config(container, pod, flag.split("=", 1)[1]))
     check_collector_config(config, "otelcol.yaml")
-    resolver = check_loadbalancing(config, "otelcol.yaml")
+    resolver = check_load_balancing(config, "otelcol.yaml")
     namespace = kustomization()["namespace"]
     assert resolver["k8s"]["service"] == f"{statefulset()['spec']['serviceName']}.{namespace}"
     assert resolver["k8s"]["ports"] == [replica_config().receivers.grpc_port]

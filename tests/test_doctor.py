@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ def test_the_defaults_are_safe_on_loopback_but_not_ready_for_production(tmp_path
         "redaction": "warn",
         "retention": "warn",
         "judge": "ok",
+        "disk": "ok",
     }
     assert "redaction.presets" in findings["redaction"]["fix"]
 
@@ -142,3 +144,16 @@ def test_the_lake_catalog_keeps_its_password_out_and_uses_tls_off_the_host(tmp_p
     assert "hunter2" not in json.dumps(with_password)
     assert safe["catalog"]["level"] == "ok"
     assert "catalog" not in embedded
+
+
+def test_little_free_space_beside_the_store_is_a_warning(tmp_path: Path) -> None:
+    free_mb = shutil.disk_usage(tmp_path).free // 1_000_000
+    _, roomy = doctor(tmp_path, {"store": {"path": str(tmp_path / "data" / "rp.duckdb")}})
+    assert roomy["disk"]["level"] == "ok" and str(tmp_path) in roomy["disk"]["detail"]
+    status, short = doctor(tmp_path, {"store": {"min_free_mb": free_mb * 2}})
+    assert status == 1
+    assert short["disk"]["level"] == "warn"
+    assert "under store.min_free_mb" in short["disk"]["detail"]
+    _, capped = doctor(tmp_path, {"store": {"retention": {"max_bytes": free_mb * 2_000_000}}})
+    assert capped["disk"]["level"] == "warn"
+    assert "more than the disk holds" in capped["disk"]["detail"]

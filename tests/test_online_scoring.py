@@ -244,7 +244,11 @@ def test_judge_scores_arrive_for_judge_sampled_traces(tmp_path: Path, judge: Ope
     # Exact rules stay deterministic; one row per name.
     assert scores["retrieval.recall@5"]["evaluator"] == "deterministic"
     assert (trace["sample_decision"], trace["sample_reason"]) == ("judge", "sampled")
-    assert health == {"status": "ok", "judge": {"model": "judge-test", "ok": True, "error": None}}
+    assert health == {
+        "status": "ok",
+        "store": {"writable": True},
+        "judge": {"model": "judge-test", "ok": True, "error": None},
+    }
     assert calls == 6
 
 

@@ -7,6 +7,7 @@ backend receives (forwarded spans and evaluation events)."""
 from __future__ import annotations
 
 import json
+import secrets
 import string
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from collector.config import ConfigError, load_config
 from collector.processors.redaction import (
@@ -362,9 +364,22 @@ def redacting(
 JUDGE_SCORES = DEFAULT_SCORE_NAMES.intersection(JUDGE_NAMES)
 
 
+class _UniqueIds(IdGenerator):
+    """Ids from the OS. The SDK's own draw from `random`, which Hypothesis seeds alike for every
+    example: each example's trace would have the ids of the first, and a span sent again with the
+    same ids is the first one's copy (`spans` shows the first)."""
+
+    def generate_span_id(self) -> int:
+        return secrets.randbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return secrets.randbits(128) or 1
+
+
 def send_rag_trace(svc: Service, question: str, document: str, answer: str) -> str:
     """One RAG request through the real SDK; its trace id."""
     provider = sdk_tracer_provider(svc, "shop-bot")
+    provider.id_generator = _UniqueIds()  # read by the tracers it makes from now on
     trace_id = emit_rag_request(provider.get_tracer("test-app"), question, document, answer)
     provider.shutdown()
     return trace_id

@@ -448,7 +448,7 @@ def test_a_checkpoint_after_a_deletion_waits_for_a_query_older_than_it_and_frees
     DuckDBStore(db).close()
     file_execute(
         db,
-        "INSERT INTO spans (trace_id, span_id, name, attributes) "
+        "INSERT INTO received_spans (trace_id, span_id, name, attributes) "
         "SELECT 't' || (i // 4), 's' || i, 'span', json_object('text', repeat(md5(i::VARCHAR), 20)) "
         "FROM range(200000) r(i)",
         "CHECKPOINT",

@@ -5,6 +5,7 @@ what the new version needs, and keeps its rows; the migrated schema is exactly t
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -95,6 +96,59 @@ def test_a_version_7_file_keeps_its_events_and_makes_write_back_events_from_scor
     assert received == [("retry",)]
 
 
+def test_a_version_9_file_keeps_every_row_and_shows_each_span_and_event_once(tmp_path: Path) -> None:
+    """Migration 10: `spans` becomes a view of the first stored copy of each span (the table keeps
+    every row as `received_spans`), and `span_events` shows each received event once. A file with
+    a trace delivered twice (an export retried after its commit, then replayed): after the
+    migration the copies are there but not shown, and the trace is not pending (its later rows are
+    copies of the rows it was assembled with); a new span after it is."""
+    path = tmp_path / "v9.duckdb"
+    con = file_at(path, 9)
+    con.execute(
+        "INSERT INTO spans (trace_id, span_id, name, received_at) VALUES "
+        "('t1', 's1', 'root', TIMESTAMP '2026-12-01 10:00:00'), "
+        "('t1', 's2', 'llm', TIMESTAMP '2026-12-01 10:00:00'), "
+        "('t1', 's1', 'root, sent again', TIMESTAMP '2026-12-01 10:00:07'), "
+        "('t1', 's2', 'llm', TIMESTAMP '2026-12-01 10:00:07')"
+    )
+    con.execute(
+        "INSERT INTO received_span_events VALUES "
+        "('t1', 's2', TIMESTAMP '2026-12-01 10:00:01', 'gen_ai.choice', '{\"index\":0}', 'otlp', "
+        "TIMESTAMP '2026-12-01 10:00:00'), "
+        "('t1', 's1', TIMESTAMP '2026-12-01 10:00:02', 'gen_ai.user.message', '{}', 'log', "
+        "TIMESTAMP '2026-12-01 10:00:03'), "
+        "('t1', 's2', TIMESTAMP '2026-12-01 10:00:01', 'gen_ai.choice', '{\"index\":0}', 'replay', "
+        "TIMESTAMP '2026-12-01 10:00:07'), "
+        "('t1', 's1', TIMESTAMP '2026-12-01 10:00:02', 'gen_ai.user.message', '{}', 'log', "
+        "TIMESTAMP '2026-12-01 10:00:07')"
+    )
+    con.execute(
+        "INSERT INTO traces (trace_id, span_count, assembly_count, last_received_at) "
+        "VALUES ('t1', 2, 1, TIMESTAMP '2026-12-01 10:00:03')"
+    )
+    con.close()
+    with DuckDBStore(path) as store:
+        version = store.query("SELECT max(version) FROM ragpulse_schema", 1, 5).rows
+        spans = store.query("SELECT span_id, name FROM spans ORDER BY span_id", 10, 5).rows
+        events = store.query("SELECT name, source FROM span_events ORDER BY time", 10, 5).rows
+        stored = store.query(
+            "SELECT (SELECT count(*) FROM received_spans), (SELECT count(*) FROM received_span_events)", 1, 5
+        ).rows
+        read_spans, read_events = store.read_spans(["t1"])
+        pending_before = store.pending_trace_ids()
+        late = SPANS.arrow_table(
+            {"trace_id": ["t1"], "span_id": ["s3"], "name": ["tool"], "received_at": [datetime.now()]}, 1
+        )
+        store.append_spans(late, SPAN_EVENTS.arrow_table({}, 0))
+        pending_after = store.pending_trace_ids()
+    assert version == [(LATEST_VERSION,)]
+    assert spans == [("s1", "root"), ("s2", "llm")]
+    assert events == [("gen_ai.choice", "otlp"), ("gen_ai.user.message", "log")]
+    assert stored == [(4, 4)]
+    assert (read_spans.num_rows, read_events.num_rows) == (2, 2)
+    assert (pending_before, pending_after) == ([], ["t1"])
+
+
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
     return [(row[0], row[1]) for row in con.execute(f"DESCRIBE {table}").fetchall()]
 
@@ -107,8 +161,9 @@ def test_migrations_build_exactly_the_defined_tables(tmp_path: Path) -> None:
         assert schema_version(con) == LATEST_VERSION
         for table in ALL_TABLES:
             assert _columns(con, table.name) == [(c.name, c.sql_type) for c in table.columns], table.name
-        # The view users query has the received events' columns.
+        # The views users query have the received rows' columns.
         assert _columns(con, "span_events") == [(c.name, c.sql_type) for c in SPAN_EVENTS.columns]
+        assert _columns(con, "spans") == [(c.name, c.sql_type) for c in SPANS.columns]
     finally:
         con.close()
 

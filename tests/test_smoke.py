@@ -11,7 +11,10 @@ from tests.helpers import sdk_tracer_provider, sql
 
 
 def test_healthz_and_one_span(service):
-    assert httpx.get(f"{service.http_url}/healthz").json() == {"status": "ok"}
+    healthy = {"status": "ok", "store": {"writable": True}}
+    assert httpx.get(f"{service.http_url}/healthz").json() == healthy
+    assert httpx.get(f"{service.http_url}/healthz/live").json() == healthy
+    assert httpx.get(f"{service.http_url}/healthz/ready").json() == {"status": "ready"}
     provider = sdk_tracer_provider(service, "smoke", transport="grpc")
     with provider.get_tracer("t").start_as_current_span("hello") as span:
         span.set_attribute("rag.question", "why?")

@@ -22,12 +22,14 @@ from collector.auth.keys import Decision, Keyring
 from collector.receivers.otlp_http import JSON, status_response
 from collector.telemetry import Metrics
 
+# Probes of orchestrators (Kubernetes, load balancers) carry no key.
+HEALTH_PATHS = frozenset(("/healthz", "/healthz/live", "/healthz/ready"))
 CHALLENGE = 'Bearer realm="ragpulse", Basic realm="ragpulse", charset="UTF-8"'
 
 
 def required_scope(method: str, path: str, metrics_open: bool) -> Scope | None:
     """The scope a request needs (None: open to all)."""
-    if path == "/healthz" or (path == "/metrics" and metrics_open):
+    if path in HEALTH_PATHS or (path == "/metrics" and metrics_open):
         return None
     if path in ("/v1/traces", "/v1/logs"):
         return "ingest"

@@ -26,7 +26,7 @@ from collector.monitoring.gates import (
 )
 from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
 from collector.monitoring.scope import Scope, check_dimension, parse_slices, slice_values
-from collector.monitoring.windows import Window, parse_duration, parse_time, utc_now
+from collector.monitoring.windows import Window, parse_duration, parse_time, parse_window, utc_now
 
 EXIT_PASS, EXIT_FAIL, EXIT_INSUFFICIENT = 0, 1, 2
 # Wide enough for score names and services without folding, in a terminal or a CI log.
@@ -38,6 +38,13 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
         return None
     try:
         return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _window(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+    try:
+        return parse_window(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 
@@ -56,7 +63,11 @@ def _gates(kind: GateKind, values: tuple[str, ...]) -> list[Gate]:
 @click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (default: store.path).")
 @click.option("--server", help="URL of a running ragpulse (its HTTP port), e.g. http://127.0.0.1:4318.")
 @click.option(
-    "--since", default="1h", show_default=True, callback=_duration, help="Window length: 90s, 15m, 1h, 7d."
+    "--since",
+    default="1h",
+    show_default=True,
+    callback=_window,
+    help="Window length: 90s, 15m, 1h, 7d (at least 60s; the whole minutes covering it count).",
 )
 @click.option("--until", "until_text", help="Window end, ISO 8601 (default: now; times are UTC).")
 @click.option("--service", help="Only this service (default: every service together).")
@@ -169,7 +180,8 @@ def check(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--until") from None
     try:
-        window = Window.ending(end, since)
+        # The whole minutes covering the window, as alerts and the dashboard take them.
+        window = Window.covering(end, since)
     except OverflowError:
         raise click.BadParameter("the window falls outside the calendar", param_hint="--since") from None
     samples = min_samples or monitoring.min_samples

@@ -11,6 +11,9 @@ from collector.cli.common import config_option, load, user_errors
 from collector.service import Service
 from collector.store import StoreError, StoreLocked
 
+# Loggers of libraries that log each HTTP request at INFO (`httpx2` is the httpx `openai` 3 carries).
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
+
 
 @click.command()
 @config_option
@@ -47,6 +50,10 @@ def serve(
     except ValueError as exc:
         raise click.BadParameter(str(exc).splitlines()[-1]) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The HTTP clients (the judge's `openai`, webhooks) log every request at INFO: a line per judge
+    # call. Their warnings and errors still show; ragpulse logs what failed, once.
+    for noisy in QUIET_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     service = Service(config)
     try:
         asyncio.run(service.run())

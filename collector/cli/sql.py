@@ -6,6 +6,7 @@ import click
 
 from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_records
+from collector.sql import user_sql
 
 
 @click.command()
@@ -38,7 +39,8 @@ def sql(
     """Run one read-only SQL query: through the running server that holds the file, else on the file."""
     config, url = target(ctx, config_path, server, db)
     limit = max_rows or config.sql.max_rows
-    with sql_runner(config, url) as run:
+    # On the file, the same limits and JSON as through a server (which applies its own `sql:`).
+    with sql_runner(config, url) as run, user_sql(config.sql):
         records, truncated = run(query, limit)
     print_records(records, output_format)
     if truncated:

@@ -19,7 +19,7 @@ from collector.dashboard import queries
 from collector.dashboard.queries import MAX_PAGE, SORT_KEYS, TraceFilter
 from collector.monitoring.regression import Baseline, RegressionSettings, compare
 from collector.monitoring.scope import Scope, parse_slices
-from collector.monitoring.windows import Window, parse_duration, parse_time, utc_now
+from collector.monitoring.windows import Window, check_window, parse_duration, parse_time, utc_now
 from collector.probes import report as probe_report
 
 Rows = Callable[[str], list[dict[str, Any]]]
@@ -98,15 +98,17 @@ class DashboardData:
         """Each service's scores in the window against the window just before it (or `baseline`
         earlier), with the tests and thresholds of `ragpulse check --regression`."""
         window = window_of(params)
+        # By default the minutes just before the window's (its covered length back); a baseline
+        # given is checked against `since` as asked, as `check --baseline` is against `--since`.
         shift = _duration(params, "baseline", window.seconds)
-        if shift < window.seconds:
+        if shift < _since(params):
             raise BadParameter("baseline: at least the window's length (the two windows must not overlap)")
         baseline = Baseline(shift=shift)
         scope = scope_of(params, self._dimensions)
         comparisons = compare(self._rows, window, baseline, scope, self._regression)
         return {
             "window": window.describe(),
-            "baseline": window.shifted(shift).describe(),
+            "baseline": window.before(shift).describe(),
             "comparisons": [c.as_dict() for c in comparisons],
         }
 
@@ -169,17 +171,28 @@ class DashboardData:
 
 
 def window_of(params: Params) -> Window:
-    """`[until - since, until)` from the parameters (`since` default 24h, `until` default now)."""
-    seconds = _duration(params, "since", 86400.0)
+    """The whole minutes covering `[until - since, until)` (`since` default 24h, at least a minute;
+    `until` default now): `Window.covering`, the rule `check` and alerts follow too, so the overview,
+    the trace list and the regressions count what they do."""
+    seconds = _since(params)
     until = params.get("until")
     try:
         end = parse_time(until) if until else utc_now().replace(microsecond=0)
     except ValueError as exc:
         raise BadParameter(f"until: {exc}") from None
     try:
-        return Window.ending(end, seconds)
+        return Window.covering(end, seconds)
     except OverflowError:
         raise BadParameter("since and until: the window falls outside the calendar") from None
+
+
+def _since(params: Params) -> float:
+    """The window's length asked for, in seconds (at least a minute, as `check --since`)."""
+    seconds = _duration(params, "since", 86400.0)
+    try:
+        return check_window(seconds)
+    except ValueError as exc:
+        raise BadParameter(f"since: {exc}") from None
 
 
 def _dimension(params: Params, key: str, dimensions: Sequence[str]) -> str | None:

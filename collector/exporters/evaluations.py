@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from collector.background import BackgroundWorker
 from collector.exporters.config import ExportersConfig, OtlpExporterConfig
 from collector.store.base import Store
+from collector.store.health import log_failure
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,12 @@ class EvaluationExporter(BackgroundWorker):
             try:
                 sent = self.export_once()
             except Exception:
-                log.exception("exporting evaluation events failed; they stay in the outbox")
+                log_failure(
+                    log,
+                    self._store,
+                    "evaluation exporter",
+                    "exporting evaluation events failed; they stay in the outbox",
+                )
                 sent = None
             if sent is None:  # failed: back off, up to _BACKOFF_MAX
                 self._metrics.evaluation_export_errors.inc()

@@ -22,6 +22,7 @@ from collector.background import BackgroundWorker
 from collector.monitoring.config import MonitoringConfig, WebhookConfig
 from collector.monitoring.windows import utc_now
 from collector.store.base import Store
+from collector.store.health import log_failure
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class WebhookNotifier(BackgroundWorker):
                 if self._store.is_leader():  # one replica delivers for all
                     self.deliver_once()
             except Exception:
-                log.exception("delivering alert notifications failed; retrying")
+                log_failure(log, self._store, "webhooks", "delivering alert notifications failed; retrying")
             self._wake.wait(POLL_SECONDS)
             self._wake.clear()
 

@@ -136,7 +136,8 @@ def observe(rule: AlertRule, query: Query, now: datetime, monitoring: Monitoring
     scope, or one per slice (`by`), or per service (a regression)."""
     if rule.max_unanswered is not None or rule.max_missing_traces is not None:
         return [_probe_run_observation(rule, query)]
-    window = Window.ending(now, rule.window)
+    # The whole minutes covering the last `window` seconds, as `check --since` and the dashboard.
+    window = Window.covering(now, rule.window)
     scope = scope_of(rule)
     if rule.by is None:
         return _observe_scope(rule, query, window, scope, monitoring)

@@ -36,6 +36,7 @@ from collector.monitoring.evaluator import AlertBook
 from collector.monitoring.windows import utc_now
 from collector.processors.sampler import JudgeBudget
 from collector.store.base import Store
+from collector.store.health import log_failure
 from collector.store.tables import CANARY_RUNS
 from collector.telemetry import Metrics
 from evaluators.calibration import CalibrationCase, CalibrationSet, load_calibration
@@ -181,7 +182,12 @@ class CanaryRunner(BackgroundWorker):
                     continue
                 self.run_once()
             except Exception:
-                log.exception("the judge canary run failed; retrying at the next one")
+                log_failure(
+                    log,
+                    self._store,
+                    "canaries",
+                    "the judge canary run failed; retrying at the next one",
+                )
                 self._stopping.wait(self._config.every)
 
     def _seconds_to_next_run(self) -> float:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from collector.config_base import Section
+from collector.monitoring.windows import check_window
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -51,10 +52,19 @@ class AlertRule(Section):
     # and answered requests whose trace never arrived (the app's tracing is broken).
     max_unanswered: int | None = Field(None, ge=0)
     max_missing_traces: int | None = Field(None, ge=0)
-    window: float = Field(600.0, gt=0)  # seconds of scores the condition looks at
+    # Seconds of scores the condition looks at: the whole minutes covering the last `window` seconds
+    # (`Window.covering`), so at least a minute.
+    window: float = Field(600.0, gt=0)
     min_samples: int | None = Field(None, ge=1)  # default: monitoring.min_samples
     severity: Severity = "warning"
     notify: list[str] = Field(default_factory=list)  # webhook names
+
+    @field_validator("window")
+    @classmethod
+    def _whole_minutes(cls, window: float) -> float:
+        # Refused rather than rounded: a rule that says 8 s but watches a minute or two misleads,
+        # and before whole minutes such a rule could never fire.
+        return check_window(window)
 
     @model_validator(mode="after")
     def _one_condition(self) -> Self:

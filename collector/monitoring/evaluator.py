@@ -30,6 +30,7 @@ from collector.monitoring.alerts import (
 from collector.monitoring.config import MonitoringConfig
 from collector.monitoring.windows import utc_now
 from collector.store.base import Store
+from collector.store.health import log_failure
 from collector.store.tables import ALERT_EVENTS, ALERT_NOTIFICATIONS, ALERTS, Table
 from collector.telemetry import Metrics
 
@@ -136,6 +137,7 @@ class AlertEvaluator(BackgroundWorker):
             log,
             "evaluating alerts failed; retrying at the next round",
             self._metrics.alert_evaluation_errors.inc,
+            absorb=lambda exc: self._store.health.absorb(exc, "alerts"),
         )
 
     def _query(self, sql: str) -> list[dict[str, Any]]:
@@ -150,7 +152,7 @@ class AlertEvaluator(BackgroundWorker):
                 seen.extend((spec, o) for o in observe(rule, self._query, now, self._config))
             except Exception:
                 self._metrics.alert_evaluation_errors.inc()
-                log.exception("alert %s could not be evaluated", rule.name)
+                log_failure(log, self._store, "alerts", "alert %s could not be evaluated", rule.name)
         events = self._book.record(seen, now)
         self._metrics.alert_evaluations.inc()
         return events

@@ -12,9 +12,9 @@ the run (so the chance of any false alarm in a run is at most `alpha`) **and** t
 aggregates cannot do): ranks come from counts per distinct value, so the query's work grows with
 the rows in the two windows, not with their product.
 
-The baseline is the same window shifted back (the previous day, the same hours last week), or the
-traces of a pinned `service.version` (a good deploy), compared with the window's traces of other
-versions.
+The baseline is the same window shifted back (the previous day, the same hours last week), in
+whole minutes and never sharing one with the recent window (`Window.before`), or the traces of a
+pinned `service.version` (a good deploy), compared with the window's traces of other versions.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Baseline:
             against = f"service.version {self.recent_version}" if self.recent_version else "other versions"
             return f"service.version {self.version} (the window's {against})"
         assert self.shift is not None
-        before = recent.shifted(self.shift)
+        before = recent.before(self.shift)
         return f"{before.start.isoformat(sep=' ')} to {before.end.isoformat(sep=' ')}"
 
 
@@ -96,7 +96,9 @@ def _version_traces(version: str, negate: bool = False) -> str:
     """Trace ids whose root span's resource has (or, negated, has not) this `service.version`."""
     compare = "IS DISTINCT FROM" if negate else "="
     return (
-        "SELECT trace_id FROM spans WHERE parent_span_id IS NULL AND "
+        # The stored rows, not the `spans` view: a copy of a root names the same trace, and the
+        # view's search for copies would cost more than the question.
+        "SELECT DISTINCT trace_id FROM received_spans WHERE parent_span_id IS NULL AND "
         f"json_extract_string(resource_attributes, '$.\"service.version\"') {compare} {sql_string(version)}"
     )
 
@@ -115,7 +117,7 @@ def comparison_sql(recent: Window, baseline: Baseline, scope: Scope, names: Sequ
     else:
         assert baseline.shift is not None
         in_recent = recent.sql()
-        in_baseline = recent.shifted(baseline.shift).sql()
+        in_baseline = recent.before(baseline.shift).sql()
     where = [f"({in_recent} OR {in_baseline})", "status <> 'skipped'", scope.sql()]
     if names:
         where.append("name IN (" + ", ".join(sql_string(n) for n in sorted(set(names))) + ")")

@@ -51,6 +51,7 @@ from collector.pipeline import IngestPipeline, Overloaded, Stopped
 from collector.probes.config import ProbeConfig
 from collector.sql import QueryError
 from collector.store.base import Store
+from collector.store.health import log_failure
 from collector.store.tables import PROBE_RUNS
 from collector.telemetry import Metrics
 from semconv import names
@@ -401,7 +402,13 @@ class ProbeRunner(BackgroundWorker):
     # ------------------------------------------------------------------ schedule
 
     def _run(self) -> None:
-        self._run_every(TICK_SECONDS, self.run_due, log, "a probe round failed; retrying at the next")
+        self._run_every(
+            TICK_SECONDS,
+            self.run_due,
+            log,
+            "a probe round failed; retrying at the next",
+            absorb=lambda exc: self._store.health.absorb(exc, "probes"),
+        )
 
     def run_due(self) -> list[str]:
         """Start a run of each probe that is due (when this replica leads); returns their names."""
@@ -453,7 +460,7 @@ class ProbeRunner(BackgroundWorker):
         try:
             self._run_probe(name)
         except Exception:
-            log.exception("probe %s: the run failed", name)
+            log_failure(log, self._store, "probes", "probe %s: the run failed", name)
         finally:
             self._release(name)
 
@@ -497,7 +504,7 @@ class ProbeRunner(BackgroundWorker):
             log.error("probe %s: run %s could not run: %s", name, row["run_id"], exc)
             row.update(status="failed", error=str(exc), cases=0, answered=0, errors=0)
         except Exception as exc:  # recorded, never left `running`
-            log.exception("probe %s: run %s failed", name, row["run_id"])
+            log_failure(log, self._store, "probes", "probe %s: run %s failed", name, row["run_id"])
             row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
         row["finished_at"] = self._clock()
         self._write(row)

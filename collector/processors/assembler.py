@@ -20,7 +20,10 @@ objects) and are read into records only when their trace is assembled. Events se
 spans (GenAI events on /v1/logs) count as arrivals of their trace like spans do, but never as its
 root: they join a trace in flight, or start one that waits for its spans. A span or event that
 arrives after its trace was assembled is stored as usual and the trace is re-assembled from the
-store (reason `late_span`), replacing the earlier rows. On start, traces whose spans were stored
+store (reason `late_span`), replacing the earlier rows, unless all such rows only repeat rows stored
+before them (an export retried after its commit, a capture replayed): nothing new, so the trace is
+not assembled, nor scored, again. Each span and event is read once, the first copy committed, as the
+`spans` and `span_events` views show it. On start, traces whose spans were stored
 but not (or not completely) assembled, e.g. after a crash, are assembled from the store (reason
 `recovery`).
 """
@@ -62,7 +65,9 @@ from collector.processors.scoring import ScoringSetup, record_metrics, scored_re
 from collector.processors.slices import Dimension, SliceCaps
 from collector.processors.spill import SpillDirectory, SpilledBatch
 from collector.store.base import Store
-from collector.store.span_records import SPAN_COLUMNS
+from collector.store.health import log_failure
+from collector.store.span_records import SPAN_COLUMNS, first_copies, repeats_only
+from collector.store.tables import EVENT_KEY, SPAN_KEY
 from collector.store.trace_rows import concat_trace_tables
 from collector.telemetry import Metrics
 from semconv.options import DEFAULT_OPTIONS, MappingOptions
@@ -105,6 +110,7 @@ class _Pending:
     spilled: bool = False  # some of its spans were not held in memory: read them from the store
     checked: bool = False  # the store was asked whether this root-less trace was assembled before
     elsewhere: bool = False  # other replicas received spans of it: read them from the store
+    twice: bool = False  # found assembled twice (`_reconcile`): assembled again whatever came late
 
     @property
     def read_back(self) -> bool:
@@ -283,6 +289,8 @@ class TraceAssembler:
         self._scoring = Scoring.of(scoring)
         self._cond = threading.Condition()
         self._stopping = False
+        self._recovery_due = False  # set when the store writes again after failing
+        store.health.on_recovery(self._recover_later)
         self._thread = threading.Thread(target=self._run, name="ragpulse-assembler", daemon=True)
 
     # ------------------------------------------------------------------ interface
@@ -347,7 +355,12 @@ class TraceAssembler:
             self._recover()
         except Exception:
             self._metrics.assembly_errors.inc()
-            log.exception("trace recovery failed; the traces are retried on the next start")
+            log_failure(
+                log,
+                self._store,
+                "assembler",
+                "trace recovery failed; the traces are retried on the next start",
+            )
         while True:
             with self._cond:
                 if not self._stopping and (not self._ready_queue or self._gathering()):
@@ -357,16 +370,29 @@ class TraceAssembler:
                 batches = list(self._inbox)
                 self._inbox.clear()
                 self._inbox_rows = 0
+                recover, self._recovery_due = self._recovery_due, False
             try:
                 self.run_round(batches)
+                if recover:  # after the round: its batches' traces are held by now, not taken twice
+                    self._recover_after_outage()
             except Exception:
                 self._metrics.assembly_errors.inc()
-                log.exception("trace assembly round failed; its traces are retried on the next start")
+                log_failure(
+                    log,
+                    self._store,
+                    "assembler",
+                    "trace assembly round failed; its traces are retried on the next start",
+                )
         try:
             self._finish_all()
         except Exception:
             self._metrics.assembly_errors.inc()
-            log.exception("trace assembly failed at stop; its traces are retried on the next start")
+            log_failure(
+                log,
+                self._store,
+                "assembler",
+                "trace assembly failed at stop; its traces are retried on the next start",
+            )
 
     def run_round(self, batches: Sequence[SpanBatch | _Arrivals]) -> int:
         """Take in committed batches, find the traces that are ready, and assemble the oldest of
@@ -409,6 +435,34 @@ class TraceAssembler:
         self._ready_queue.extend(
             (trace_id, "recovery", _Pending(0, 0, from_store=True)) for trace_id in pending
         )
+
+    def _recover_later(self) -> None:
+        """The store writes again after failing (`StoreHealth.on_recovery`): the traces whose
+        assembly could not be stored meanwhile are taken back from the store on the next round."""
+        with self._cond:
+            self._recovery_due = True
+            self._cond.notify()
+
+    def _recover_after_outage(self) -> None:
+        """Queue the stored traces no assembly has seen that are not on their way here (held,
+        queued, being mapped, or committed and waiting in the inbox): those whose assembly failed
+        while the store could not write."""
+        stored = self._store.pending_trace_ids()
+        known = set(self._pending)
+        known.update(trace_id for trace_id, _, _ in self._ready_queue)
+        for prepared, _ in self._in_flight:
+            known.update(prepared.counts)
+        with self._cond:  # after the query: a batch committed before it is here or seen already
+            for item in self._inbox:
+                known.update(
+                    item.trace_ids if isinstance(item, _Arrivals) else item.spans["trace_id"].to_pylist()
+                )
+        lost = [t for t in stored if t not in known]
+        if lost:
+            log.info(
+                "assembling %d trace(s) whose assembly failed while the store could not write", len(lost)
+            )
+        self._ready_queue.extend((t, "recovery", _Pending(0, 0, from_store=True)) for t in lost)
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -557,9 +611,9 @@ class TraceAssembler:
         for trace_id in twice:
             pending = self._pending.get(trace_id)
             if pending is not None:
-                pending.from_store = True
+                pending.from_store = pending.twice = True
             elif trace_id not in queued:
-                again = _Pending(now, now, root_seen=True, from_store=True)
+                again = _Pending(now, now, root_seen=True, from_store=True, twice=True)
                 self._ready_queue.append((trace_id, "late_span", again))
         if twice:
             log.info("re-assembling %d trace(s) delivered again after their assembly", len(twice))
@@ -654,13 +708,24 @@ class TraceAssembler:
             elsewhere = self._store.traces_elsewhere([t for t, _, _ in ready])
             for trace_id, _, pending in ready:
                 pending.elsewhere = pending.elsewhere or trace_id in elsewhere
-        from_store = [t for t, _, p in ready if p.from_store]
-        stored_counts = self._store.assembly_counts(from_store) if from_store else {}
         spans, events = self._gather(ready, [t for t, _, p in ready if p.read_back])
+        repeated = self._repeated(ready, spans, events)
         for _, _, pending in ready:
             self._release(pending)
         if spans is None:
             return None
+        if repeated:
+            # Late rows that only repeat rows the store had before them (an export retried after
+            # its commit, a capture replayed again): nothing new to assemble, or to score again.
+            for trace_id in repeated:
+                self._remember(trace_id, self._assembled.get(trace_id, 0))
+            ready = [r for r in ready if r[0] not in repeated]
+            others = pa.array(list(repeated), pa.string())
+            spans = spans.filter(pc.invert(pc.is_in(spans["trace_id"], value_set=others)))
+            if events is not None:
+                events = events.filter(pc.invert(pc.is_in(events["trace_id"], value_set=others)))
+        from_store = [t for t, _, p in ready if p.from_store]
+        stored_counts = self._store.assembly_counts(from_store) if from_store else {}
         per_trace = pc.value_counts(spans["trace_id"])  # events alone make no trace yet
         claimed = self._store.claim_traces(
             dict(
@@ -771,14 +836,44 @@ class TraceAssembler:
         self, ready: list[tuple[str, str, _Pending]], from_store: list[str]
     ) -> tuple[pa.Table | None, pa.Table | None]:
         """The span and event rows of these traces: held batches (in memory or on disk) for new
-        traces, the store for the others (`from_store`)."""
+        traces, the store for the others (`from_store`); each span and event once, the first copy
+        committed (a client's retry may have brought a second before the trace was assembled)."""
+        span_parts, event_parts = self._held_rows((t, p) for t, _, p in ready if not p.read_back)
+        if from_store:
+            spans, events = self._store.read_spans(from_store)
+            spans = spans.select(self._span_columns)
+            span_parts.append(spans.cast(span_parts[0].schema) if span_parts else spans)
+            event_parts.append(events)
+        if not span_parts:
+            return None, None
+        spans = first_copies(pa.concat_tables(span_parts, promote_options="permissive"), SPAN_KEY)
+        if not event_parts:
+            return spans, None
+        return spans, first_copies(pa.concat_tables(event_parts, promote_options="permissive"), EVENT_KEY)
+
+    def _repeated(
+        self, ready: list[tuple[str, str, _Pending]], spans: pa.Table | None, events: pa.Table | None
+    ) -> set[str]:
+        """The traces assembled before whose rows held here since (all of them: none spilled) only
+        repeat rows stored before them: `spans` and `events` hold the first copies, read back from
+        the store. A trace found assembled twice is assembled again whatever came (one row stays)."""
+        late = [(t, p) for t, _, p in ready if p.from_store and p.batches and not (p.spilled or p.twice)]
+        if not late or spans is None:
+            return set()
+        span_parts, event_parts = self._held_rows(late)
+        late_spans = pa.concat_tables(span_parts, promote_options="permissive")
+        late_events = pa.concat_tables(event_parts, promote_options="permissive") if event_parts else None
+        return repeats_only((late_spans, late_events), (spans, events))
+
+    def _held_rows(self, traces: Iterable[tuple[str, _Pending]]) -> tuple[list[pa.Table], list[pa.Table]]:
+        """The span and event rows of these traces in the batches held for them, in the order the
+        batches were committed (the first copy of a row comes first, as in the store)."""
         wanted_from: dict[int, list[str]] = {}  # held batch id -> the traces to take from it
-        for trace_id, _, pending in ready:
-            if not pending.read_back:
-                for batch_id in pending.batches:
-                    wanted_from.setdefault(batch_id, []).append(trace_id)
+        for trace_id, pending in traces:
+            for batch_id in pending.batches:
+                wanted_from.setdefault(batch_id, []).append(trace_id)
         span_parts, event_parts = [], []
-        for batch_id, trace_ids in wanted_from.items():
+        for batch_id, trace_ids in sorted(wanted_from.items()):
             held = self._held[batch_id]
             if held.file is not None:
                 batch_spans, batch_events = SpillDirectory.read(held.file)
@@ -789,16 +884,7 @@ class TraceAssembler:
             span_parts.append(batch_spans.filter(pc.is_in(batch_spans["trace_id"], value_set=wanted)))
             if batch_events is not None and batch_events.num_rows:
                 event_parts.append(batch_events.filter(pc.is_in(batch_events["trace_id"], value_set=wanted)))
-        if from_store:
-            spans, events = self._store.read_spans(from_store)
-            spans = spans.select(self._span_columns)
-            span_parts.append(spans.cast(span_parts[0].schema) if span_parts else spans)
-            event_parts.append(events)
-        if not span_parts:
-            return None, None
-        spans = pa.concat_tables(span_parts, promote_options="permissive")
-        events = pa.concat_tables(event_parts, promote_options="permissive") if event_parts else None
-        return spans, events
+        return span_parts, event_parts
 
     def _remember(self, trace_id: str, count: int) -> None:
         self._assembled[trace_id] = count

@@ -32,6 +32,7 @@ from collector.processors.redaction import Redactor
 from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoreRows, record_metrics, score_rows
 from collector.store.base import Store
+from collector.store.health import log_failure
 from collector.store.span_records import records_by_trace, span_records
 from collector.telemetry import Metrics
 from evaluators.scores import Score
@@ -117,12 +118,22 @@ class JudgeStage:
             try:
                 self.run_round()
             except Exception:
-                log.exception("judge round failed; its traces stay pending and are retried")
+                log_failure(
+                    log,
+                    self._store,
+                    "judge",
+                    "judge round failed; its traces stay pending and are retried",
+                )
             self._stopping.wait(self._config.judge_poll_interval)
         try:
             self._store_finished()
         except Exception:
-            log.exception("storing judge scores at stop failed; the traces stay pending")
+            log_failure(
+                log,
+                self._store,
+                "judge",
+                "storing judge scores at stop failed; the traces stay pending",
+            )
 
     def run_round(self) -> int:
         """Store finished traces, then take new pending ones. Returns how many were stored."""

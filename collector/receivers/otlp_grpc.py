@@ -25,6 +25,7 @@ from collector.pipeline import ExportOutcome, IngestPipeline, Overloaded, Stoppe
 from collector.receivers.config import ReceiversConfig
 from collector.receivers.responses import logs_response, trace_response
 from collector.receivers.retry import grpc_retry_metadata
+from collector.store.health import first_line, store_error_reason
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -49,11 +50,12 @@ async def _committed(
             trailing_metadata=grpc_retry_metadata(retry_after, str(exc)),
         )
     except Exception as exc:  # a store failure: nothing was acknowledged, the client may retry
-        log.exception("export failed")
+        # The store's health logs it (once, then a summary a minute), not every refused export.
+        log.debug("export failed", exc_info=True)
         metrics.requests.labels(PROTOCOL, "error").inc()
         await context.abort(
             grpc.StatusCode.UNAVAILABLE,
-            f"store error: {exc}",
+            f"the store cannot write: {store_error_reason(exc) or first_line(exc)}",
             trailing_metadata=grpc_retry_metadata(retry_after, str(exc)),
         )
     metrics.requests.labels(PROTOCOL, "partial" if outcome.rejected else "ok").inc()

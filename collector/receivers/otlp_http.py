@@ -34,6 +34,7 @@ from collector.pipeline import ExportOutcome, IngestPipeline, Overloaded, Stoppe
 from collector.receivers.config import ReceiversConfig
 from collector.receivers.responses import logs_response, trace_response
 from collector.receivers.retry import http_retry_after
+from collector.store.health import first_line, store_error_reason
 from collector.telemetry import Metrics
 
 PROTOBUF = "application/x-protobuf"
@@ -195,7 +196,7 @@ class OtlpHttpReceiver:
             return refuse(
                 503,
                 code_pb2.UNAVAILABLE,
-                f"store error: {exc}",
+                f"the store cannot write: {store_error_reason(exc) or first_line(exc)}",
                 as_json,
                 "error",
                 {"Retry-After": http_retry_after(self._config.retry_after)},

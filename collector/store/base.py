@@ -18,6 +18,7 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from collector.sql import QueryResult
+    from collector.store.health import StoreHealth
     from collector.store.trace_rows import TraceTables
 
 
@@ -78,8 +79,9 @@ class Store(ABC):
 
     @abstractmethod
     def read_spans(self, trace_ids: Iterable[str]) -> tuple[pa.Table, pa.Table]:
-        """(spans, events) of every stored span and event of these traces (spans with the columns
-        of `span_records.SPAN_COLUMNS`, `received_at` and `resource_attributes`)."""
+        """(spans, events) of these traces, each span and event once: the first stored copy, as the
+        `spans` and `span_events` views show them (spans with the columns of
+        `span_records.SPAN_COLUMNS`, `received_at` and `resource_attributes`)."""
 
     @abstractmethod
     def pending_trace_ids(self) -> list[str]:
@@ -193,7 +195,10 @@ class Store(ABC):
     @abstractmethod
     def query(self, sql: str, max_rows: int, timeout: float) -> QueryResult:
         """Run one read-only query (`collector.sql` rules), at most `max_rows` rows, interrupted
-        after `timeout` seconds; `QueryError` when it is refused or fails."""
+        after `timeout` seconds; `QueryError` when it is refused or fails. It runs on a cursor of
+        its own, never on the writer's connection. Inside `collector.sql.user_sql` (a user's
+        query) it is also held to `sql.max_bytes` and `sql.memory_limit`, and its rows come as
+        the JSON answer (`QueryResult.body`)."""
 
     # ---------------------------------------------------------------- retention
 
@@ -273,6 +278,20 @@ class Store(ABC):
     @abstractmethod
     def read_probe_runs(self, probe: str | None = None, limit: int | None = None) -> pa.Table:
         """Probe runs, newest first (by `started_at`), of one probe or of all; at most `limit`."""
+
+    # ---------------------------------------------------------------- health
+
+    # Whether writes go through, fed by every writer of the store (`store/health.py`).
+    health: StoreHealth
+
+    def assert_writable(self) -> None:  # noqa: B027 (a default: nothing to check)
+        """Raise StoreError when a write would be acknowledged but lost (the database file was
+        removed under the service). Cheap: the span writer calls it before every group commit."""
+
+    def probe_write(self) -> None:  # noqa: B027 (a default: nothing to probe)
+        """Raise unless the store can take writes now (room on its disk, a catalog that answers);
+        repair what can be repaired (reopen an invalidated database). Run while writes fail, so
+        that the store is found writable again without waiting for traffic."""
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -67,6 +67,8 @@ class StoreConfig(Section):
     max_queue_spans: int = Field(100_000, gt=0)
     # One commit takes at most this many spans (many exports share a commit).
     max_commit_spans: int = Field(50_000, gt=0)
+    # `ragpulse doctor` warns when the store's disk has less free than this (MB).
+    min_free_mb: int = Field(1024, ge=0)
     # DuckDB folds the write-ahead log into the file once it grows past this many MiB.
     checkpoint_threshold_mb: int = Field(256, gt=0)
     # DuckDB's memory (its buffer pool caches table blocks and would grow toward 80 % of the

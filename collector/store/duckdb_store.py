@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,10 +25,12 @@ from collector.processors.slices import OTHER
 from collector.sql import QueryResult, run_query
 from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError, StoreLocked
 from collector.store.config import StoreConfig
+from collector.store.disk import file_identity, probe_directory, probe_log, wal_replay_message
+from collector.store.health import StoreHealth
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.quiet_gate import QuietGate
 from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
-from collector.store.tables import SCORE_AGGREGATE_KEY, SCORE_AGGREGATES
+from collector.store.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY, first_stored
 from collector.store.trace_rows import TraceTables
 
 
@@ -62,9 +65,11 @@ def connect(
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise StoreLocked(f"database file {path} is in use by another process") from None
-        raise StoreError(f"cannot open database file {path}: {exc}") from None
+        message = None if read_only else wal_replay_message(path, str(exc))
+        raise StoreError(message or f"cannot open database file {path}: {exc}") from None
     except duckdb.Error as exc:
-        raise StoreError(f"cannot open database file {path}: {exc}") from None
+        message = None if read_only else wal_replay_message(path, str(exc))
+        raise StoreError(message or f"cannot open database file {path}: {exc}") from None
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
@@ -138,9 +143,9 @@ _AGGREGATES = (
 # Every table with rows of one trace, keyed by trace_id: what retention deletes. Judge work is the
 # traces' `judge_status`; aggregates, alerts, canary runs and cases are not per trace and stay.
 # Spans first: the traces whose spans are deleted are the traces counted as deleted.
-# (`span_events` is a view: the received events' table, and an event per score.)
+# (`spans` and `span_events` are views: the received rows' tables, copies included, go whole.)
 PER_TRACE_TABLES = (
-    "spans",
+    "received_spans",
     "received_span_events",
     "traces",
     "steps",
@@ -153,6 +158,8 @@ PER_TRACE_TABLES = (
 # make the span look 56 years old: such a span ages from when it arrived); for trace ids with no span,
 # their log events (sent apart from their spans, which may never come) and their assembled rows.
 _SPAN_TIME = "CASE WHEN end_time > TIMESTAMP 'epoch' THEN end_time ELSE received_at END"
+# (Read from every received row, copies included: cheaper than the views, and a copy ages a trace
+# by its arrival only when its end is unknown.)
 _OTHER_TIMES = (
     "SELECT trace_id, coalesce(time, received_at) AS t, 1 AS other FROM received_span_events "
     "WHERE source = 'log' "
@@ -161,6 +168,7 @@ _OTHER_TIMES = (
 
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 # How long a checkpoint waits for open transactions to end before running beside them.
 _QUIET_WAIT_SECONDS = 1.0
 # DuckDB's default `max_vacuum_tasks`: the row-group merges one checkpoint may schedule.
@@ -279,7 +287,12 @@ class DuckDBStore(Store):
         self.read_only = read_only
         # The replica stamped on the traces it assembles and the events it exports (null here).
         self.replica: str | None = None
+        self._config = config
         self._con = self._connect(config, read_only)
+        # The file's identity at open: a file removed or replaced under the service is told apart
+        # from one that is merely full (see `assert_writable`).
+        self._identity = file_identity(self.path)
+        self.health = StoreHealth(str(self.path))
         # Slice dimensions (`monitoring.dimensions`): columns of traces, scores and aggregates.
         self.dimensions: tuple[str, ...] = ()
         self._write_lock = threading.Lock()
@@ -386,6 +399,32 @@ class DuckDBStore(Store):
         if self.read_only:
             raise ReadOnlyStore(f"{self.path} is open read-only")
 
+    def assert_writable(self) -> None:
+        if file_identity(self.path) != self._identity:
+            raise StoreError(
+                f"the database file {self.path} was removed or replaced while ragpulse ran; "
+                "restart ragpulse (what it held is gone with it)"
+            )
+
+    def probe_write(self) -> None:
+        self.assert_writable()
+        probe_log(self.path)
+        probe_directory(self.path.parent)
+        try:
+            with self._cursor() as con:
+                con.execute("SELECT 1").fetchall()
+        except duckdb.FatalException:
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """Open the file again after DuckDB invalidated its instance (a checkpoint that failed for
+        lack of space): the write-ahead log holds every commit since the last good checkpoint."""
+        log.warning("reopening %s: DuckDB invalidated it after a failed write", self.path)
+        with self._derived_lock, self._write_lock, self._transactions.alone(_QUIET_WAIT_SECONDS):
+            with contextlib.suppress(duckdb.Error):
+                self._con.close()
+            self._con = self._connect(self._config, self.read_only)
+
     # ---------------------------------------------------------------- ingest
 
     def append_spans(self, spans: pa.Table, events: pa.Table) -> None:
@@ -395,7 +434,7 @@ class DuckDBStore(Store):
             with self._write_lock, transaction(self._con) as con:
                 if spans.num_rows:
                     with _registered(con, "_ingest_spans", spans):
-                        con.execute(insert_sql("spans", "_ingest_spans"))
+                        con.execute(insert_sql("received_spans", "_ingest_spans"))
                 if events.num_rows:
                     with _registered(con, "_ingest_events", events):
                         con.execute(insert_sql("received_span_events", "_ingest_events"))
@@ -405,34 +444,48 @@ class DuckDBStore(Store):
     # ---------------------------------------------------------------- assembly
 
     def read_spans(self, trace_ids: Iterable[str]) -> tuple[pa.Table, pa.Table]:
+        # Each span and event once, as the views show them, but picked among these traces' rows only.
         span_columns = ", ".join(f"s.{c}" for c in (*SPAN_COLUMNS, "received_at", "resource_attributes"))
         event_columns = ", ".join(f"e.{c}" for c in (*EVENT_COLUMNS, "received_at"))
         with self._cursor() as con, _registered(con, _IDS, _ids_table(trace_ids)):
             spans = con.execute(
-                f"SELECT {span_columns} FROM spans s SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id"
+                f"SELECT {span_columns} FROM received_spans s SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id "
+                + first_stored(SPAN_KEY, "s")
             ).to_arrow_table()
             events = con.execute(
                 f"SELECT {event_columns} FROM received_span_events e "
-                f"SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id"
+                f"SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id " + first_stored(EVENT_KEY, "e")
             ).to_arrow_table()
         return spans, events
 
     def pending_trace_ids(self) -> list[str]:
         # Events of a trace with no span yet make it wait for its spans, as in the running service.
+        # Rows that came after a trace's assembly may all be later copies of rows it had (a retried
+        # or replayed export): such a trace is not pending. Only the few traces with later rows are
+        # read again for their first copies; every row counts for the others, which is cheaper.
         with self._cursor() as con:
             rows = con.execute(
-                """
-                WITH s AS (SELECT trace_id, max(received_at) AS last FROM spans GROUP BY trace_id),
+                f"""
+                WITH s AS (SELECT trace_id, max(received_at) AS last FROM received_spans GROUP BY trace_id),
                      e AS (SELECT trace_id, max(received_at) AS last FROM received_span_events
-                           WHERE source = 'log' GROUP BY trace_id)
-                SELECT s.trace_id
-                FROM s
-                LEFT JOIN e ON e.trace_id = s.trace_id
-                LEFT JOIN traces t ON t.trace_id = s.trace_id
-                WHERE t.trace_id IS NULL
-                   OR s.last > t.last_received_at
-                   OR coalesce(e.last > t.last_received_at, false)
-                ORDER BY s.last
+                           WHERE source = 'log' GROUP BY trace_id),
+                     c AS (SELECT s.trace_id, s.last, t.trace_id IS NULL AS new, t.last_received_at AS seen
+                           FROM s
+                           LEFT JOIN e ON e.trace_id = s.trace_id
+                           LEFT JOIN traces t ON t.trace_id = s.trace_id
+                           WHERE t.trace_id IS NULL
+                              OR s.last > t.last_received_at
+                              OR coalesce(e.last > t.last_received_at, false)),
+                     late AS (SELECT trace_id, min(seen) AS seen FROM c WHERE NOT new GROUP BY trace_id),
+                     firsts AS (SELECT r.trace_id, r.received_at FROM received_spans r
+                                SEMI JOIN late l ON l.trace_id = r.trace_id {first_stored(SPAN_KEY, "r")}
+                                UNION ALL
+                                SELECT r.trace_id, r.received_at FROM received_span_events r
+                                SEMI JOIN late l ON l.trace_id = r.trace_id {first_stored(EVENT_KEY, "r")})
+                SELECT trace_id FROM c
+                WHERE new OR trace_id IN (SELECT trace_id FROM firsts JOIN late USING (trace_id)
+                                          WHERE firsts.received_at > late.seen)
+                ORDER BY last
                 """
             ).fetchall()
         return [r[0] for r in rows]
@@ -744,7 +797,7 @@ class DuckDBStore(Store):
 
     def count_traces(self) -> int:
         with self._cursor() as con:
-            row = con.execute("SELECT count(DISTINCT trace_id) FROM spans").fetchone()
+            row = con.execute("SELECT count(DISTINCT trace_id) FROM received_spans").fetchone()
         return int(row[0]) if row else 0
 
     def oldest_traces(self, limit: int, before: datetime | None = None) -> list[str]:
@@ -753,7 +806,7 @@ class DuckDBStore(Store):
                 # The common case, nothing old enough, answered by three column scans instead of a
                 # grouping of every trace.
                 row = con.execute(
-                    f"SELECT least((SELECT min({_SPAN_TIME}) FROM spans), "
+                    f"SELECT least((SELECT min({_SPAN_TIME}) FROM received_spans), "
                     f"(SELECT min(t) FROM ({_OTHER_TIMES}))) < ?",
                     [before],
                 ).fetchone()
@@ -763,7 +816,7 @@ class DuckDBStore(Store):
             rows = con.execute(
                 # A trace's spans decide its age; its other rows only when it has no span.
                 "SELECT trace_id, coalesce(max(t) FILTER (other = 0), max(t)) AS newest FROM ("
-                f"SELECT trace_id, {_SPAN_TIME} AS t, 0 AS other FROM spans UNION ALL {_OTHER_TIMES}"
+                f"SELECT trace_id, {_SPAN_TIME} AS t, 0 AS other FROM received_spans UNION ALL {_OTHER_TIMES}"
                 f") GROUP BY trace_id {having} ORDER BY newest NULLS FIRST, trace_id LIMIT ?",
                 [before, limit] if before is not None else [limit],
             ).fetchall()
@@ -781,8 +834,8 @@ class DuckDBStore(Store):
                 where = f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
                 # Read, then delete (not DELETE ... RETURNING, which a DuckLake table refuses): the
                 # same transaction, so the same rows.
-                spans = con.execute(f"SELECT trace_id FROM spans {where}").to_arrow_table()
-                con.execute(f"DELETE FROM spans {where}")
+                spans = con.execute(f"SELECT trace_id FROM received_spans {where}").to_arrow_table()
+                con.execute(f"DELETE FROM received_spans {where}")
                 rows["spans"] = spans.num_rows
                 for table in PER_TRACE_TABLES[1:]:
                     row = con.execute(f"DELETE FROM {table} {where}").fetchone()

@@ -45,9 +45,16 @@ import pyarrow.compute as pc
 from collector.sql import QueryResult, run_query
 from collector.store.base import DeletedRows, StorageSize, StoreError
 from collector.store.config import StoreConfig
+from collector.store.disk import probe_directory
 from collector.store.duckdb_store import DuckDBStore, key_match, migrate, quoted, schema_version
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
-from collector.store.tables import ALL_TABLES, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_EVENTS_VIEW
+from collector.store.tables import (
+    ALL_TABLES,
+    SCORE_AGGREGATE_KEY,
+    SCORE_AGGREGATES,
+    SPAN_EVENTS_VIEW,
+    SPANS_VIEW,
+)
 from collector.store.trace_rows import TraceTables
 
 log = logging.getLogger(__name__)
@@ -270,6 +277,7 @@ def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
                 ddl = ddl.replace(f"CREATE TABLE {table.name} ", f"CREATE TABLE {AGGREGATE_PARTS} ", 1)
             con.execute(ddl)
         con.execute(aggregates_view(SCORE_AGGREGATE_KEY))
+        con.execute(SPANS_VIEW)
         con.execute(SPAN_EVENTS_VIEW)
         for version, description, _ in MIGRATIONS:
             con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
@@ -686,6 +694,20 @@ class DuckLakeStore(DuckDBStore):
         if self.coordinator is not None:
             self.coordinator.forget(list(dict.fromkeys(trace_ids)))
         return deleted
+
+    # ---------------------------------------------------------------- health
+
+    def assert_writable(self) -> None:
+        """Nothing to check per commit: a lake's files are many, and the catalog answers or not."""
+
+    def probe_write(self) -> None:
+        """The catalog answers (a transaction reads its latest snapshot from PostgreSQL) and a local
+        data directory takes a write."""
+        with self._cursor() as con:
+            con.execute("SELECT count(*) FROM ragpulse_schema").fetchall()
+        data_path = self.config.data_path or ""
+        if "://" not in data_path:
+            probe_directory(Path(data_path))
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -31,6 +31,7 @@ class StoreMaintainer(BackgroundWorker):
             self.run_once,
             log,
             "store maintenance failed; retrying at the next round",
+            absorb=lambda exc: self._store.health.absorb(exc, "maintenance"),
         )
 
     def run_once(self) -> None:

@@ -5,7 +5,8 @@ added it; the SQL here is how a database file gets there. To add a column: add i
 with the next version as its `since`, then append a migration made with `add_columns`. A new
 table: define it (every column `since` the new version) and create it with `create_tables`.
 Never edit a migration that has shipped (files in the field carry it). The first two are kept as
-the SQL they shipped with.
+the SQL they shipped with. `spans` and `span_events` are views (schema 10): a column of spans is
+added to `received_spans` (`RECEIVED_SPANS`), and the migration then creates `SPANS_VIEW` again.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from collector.store.tables import (
     ALERTS,
     CANARY_RUNS,
     EVALUATION_OUTBOX,
+    EVERY_RECEIVED_EVENT,
     PROBE_RUNS,
     SCORE_AGGREGATES,
     SCORES,
     SPAN_EVENTS,
     SPAN_EVENTS_VIEW,
+    SPANS_VIEW,
     STEPS,
     TRACES,
     WRITEBACK_SOURCE,
     Table,
+    span_events_view,
 )
 
 
@@ -196,7 +200,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # The received events keep their rows under a new name; the stored write-back events go
         # (the view makes each again from its score, with the same attributes).
         "ALTER TABLE span_events RENAME TO received_span_events;\n"
-        f"DELETE FROM received_span_events WHERE source = '{WRITEBACK_SOURCE}';\n" + SPAN_EVENTS_VIEW,
+        f"DELETE FROM received_span_events WHERE source = '{WRITEBACK_SOURCE}';\n"
+        + span_events_view(EVERY_RECEIVED_EVENT),
     ),
     (
         9,
@@ -204,6 +209,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         add_columns(TRACES, "tool_calls", "tool_errors", "retrieval_rounds", "llm_calls")
         + "\n"
         + add_columns(STEPS, "tool_name", "result_size"),
+    ),
+    (
+        10,
+        "a span stored once: spans and span_events show the first stored copy of each span and event",
+        # The rows stay as they are, copies included (the views leave the later copies out), and the
+        # span writer appends to the table under its new name: nothing is rewritten.
+        "ALTER TABLE spans RENAME TO received_spans;\n" + SPANS_VIEW + "\n" + SPAN_EVENTS_VIEW,
     ),
 ]
 

@@ -139,6 +139,7 @@ class RetentionKeeper(BackgroundWorker):
             log,
             "retention round failed; retrying at the next round",
             self._metrics.retention_errors.inc,
+            absorb=lambda exc: self._store.health.absorb(exc, "retention"),
         )
 
     def run_once(self) -> RoundReport:

@@ -1,14 +1,17 @@
-"""Stored span rows (Arrow tables of the `spans` / `span_events` shape) as `semconv.SpanRecord`s."""
+"""Stored span rows (Arrow tables of the `spans` / `span_events` shape) as `semconv.SpanRecord`s,
+and the rows' copies: each span and event once, as the `spans` and `span_events` views show them."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.store.tables import EVENT_KEY, SPAN_KEY
 from semconv import EventRecord, SpanRecord
 
 SPAN_COLUMNS = (
@@ -113,3 +116,58 @@ def last_received(spans: pa.Table, events: pa.Table | None = None) -> dict[str, 
         )
         if received is not None
     }
+
+
+def first_copies(rows: pa.Table, key: Sequence[str]) -> pa.Table:
+    """`rows` (in the order they were committed) without the rows whose `key` came before: the first
+    copy of each span (`SPAN_KEY`) or event (`EVENT_KEY`), as the store's views keep the first
+    stored. Rows that repeat no key, nearly always, come back as they are after one grouping."""
+    if rows.num_rows < 2:
+        return rows
+    keys = rows.select(list(key))
+    if keys.group_by(list(key), use_threads=False).aggregate([]).num_rows == rows.num_rows:
+        return rows
+    numbered = keys.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+    first = numbered.group_by(list(key), use_threads=False).aggregate([("_row", "min")])["_row_min"]
+    return rows.take(pc.take(first, pc.sort_indices(first)))
+
+
+def _keyed(rows: pa.Table, key: Sequence[str], received: str) -> pa.Table:
+    """The key columns of `rows` and their receive time as `received`, in types that compare across
+    the writer's rows and the store's: times as integer microseconds (the store keeps no more)."""
+
+    def comparable(column: pa.ChunkedArray) -> pa.ChunkedArray:
+        if pa.types.is_timestamp(column.type):
+            return pc.cast(pc.cast(column, pa.timestamp("us"), safe=False), pa.int64())
+        return pc.cast(column, pa.string()) if pa.types.is_large_string(column.type) else column
+
+    columns = {name: comparable(rows[name]) for name in key}
+    columns[received] = comparable(rows["received_at"])
+    return pa.table(columns)
+
+
+def _repeats(late: pa.Table, first: pa.Table | None, key: Sequence[str]) -> pa.Table:
+    """(trace_id, repeat) for each late row: whether it repeats a row stored before it, i.e. the
+    first copy of its key (in `first`) is another row, one received at another time."""
+    if first is None or not first.num_rows:
+        return pa.table({"trace_id": late["trace_id"], "repeat": pa.repeat(False, late.num_rows)})
+    joined = _keyed(late, key, "at").join(
+        _keyed(first, key, "first_at"), keys=list(key), join_type="left outer", use_threads=False
+    )
+    repeat = pc.fill_null(pc.not_equal(joined["first_at"], joined["at"]), False)
+    return pa.table({"trace_id": joined["trace_id"], "repeat": repeat})
+
+
+def repeats_only(late: tuple[pa.Table, pa.Table | None], first: tuple[pa.Table, pa.Table | None]) -> set[str]:
+    """The traces whose late rows (spans, events) all repeat rows stored before them: `first` holds
+    the first copies of their spans and events (`Store.read_spans`). A late row that is itself a
+    first copy (the same receive time) is new, and so is one whose key has no first copy there; a
+    trace with no late row is not among them."""
+    parts = [_repeats(late[0], first[0], SPAN_KEY)]
+    if late[1] is not None and late[1].num_rows:
+        parts.append(_repeats(late[1], first[1], EVENT_KEY))
+    rows = pa.concat_tables(parts)
+    if not rows.num_rows:
+        return set()
+    grouped = rows.group_by("trace_id", use_threads=False).aggregate([("repeat", "all")])
+    return set(pc.filter(grouped["trace_id"], grouped["repeat_all"]).to_pylist())

@@ -128,6 +128,55 @@ SPANS = Table(
     time_unit="ns",
 )
 
+# A span is stored once as users see it, however often it was received: an OTLP client that retries
+# an export the store had already committed, or a capture replayed twice, appends every row again
+# (to `received_spans`, `received_span_events`), and `spans` and `span_events` are views that show
+# the first stored copy of each span, and of each event, and no other. Deduplicating on write was
+# measured instead (bench/README.md, "A span stored once"): a key checked on every group commit
+# made ingest 64 % slower, with an index that grows with the store in memory (and a lake has no
+# indexes); the views cost the queries that read every span instead.
+SPAN_KEY = ("trace_id", "span_id")
+# An event repeats another when it is of the same span, at the same time, with the same name and
+# attributes, whatever its source: a replayed span's events come again with `source = 'replay'`.
+EVENT_KEY = ("trace_id", "span_id", "time", "name", "attributes")
+_NOT_NULL = ("trace_id", "span_id")  # the others of the event key may be null (rows of old files)
+
+
+def first_copies_sql(table: str, key: tuple[str, ...], columns: Sequence[str]) -> str:
+    """SQL: `columns` of the rows of `table` that no row stored before them repeats on `key` (a
+    lower `rowid`: an earlier commit, or in one commit a row written before). The copy kept is the
+    one acknowledged first, which assembly read; a row id keeps its order through deletions and
+    compaction, on the file and on a lake, so the same copy is kept every time.
+
+    A join, not a window: a filter on any column of the outer query is applied to the rows before
+    their earlier copies are looked for (a window makes every filter but one on the key wait for
+    it, and carries every column read through it: several times slower for queries over all spans,
+    and out of memory under `store.memory_limit` for one reading the attributes), and a filter on
+    `trace_id` reaches both sides, so a trace's spans are read as fast as before."""
+    on = " AND ".join(
+        f"d.{c} = r.{c}" if c in _NOT_NULL else f"d.{c} IS NOT DISTINCT FROM r.{c}" for c in key
+    )
+    return (
+        f"SELECT {', '.join('r.' + c for c in columns)} FROM {table} r "
+        f"LEFT JOIN {table} d ON {on} AND d.rowid < r.rowid WHERE d.rowid IS NULL"
+    )
+
+
+def first_stored(key: tuple[str, ...], alias: str) -> str:
+    """SQL: a QUALIFY clause keeping the first stored row of each `key` among rows already chosen
+    (`alias`: a few traces' rows, for assembly), as `first_copies_sql` keeps it among all rows."""
+    partition = ", ".join(f"{alias}.{column}" for column in key)
+    return f"QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY {alias}.rowid) = 1"
+
+
+RECEIVED_SPANS = replace(SPANS, name="received_spans")
+
+SPANS_VIEW = (
+    "CREATE OR REPLACE VIEW spans AS\n"
+    + first_copies_sql("received_spans", SPAN_KEY, SPANS.column_names)
+    + ";"
+)
+
 # `span_events`, as users query it, is a view (`SPAN_EVENTS_VIEW`): the events ragpulse received,
 # stored in `received_span_events`, and one `gen_ai.evaluation.result` event per row of `scores`,
 # made when read. Until schema 8 the write-back events were stored rows of `span_events` too, a
@@ -163,10 +212,24 @@ def _clipped(text: str) -> str:
 
 _ITEMS_TYPE = """'[{"text": "VARCHAR", "ok": "BOOLEAN", "evidence": "VARCHAR"}]'"""
 
-# The write-back event of each score, with the attributes `scoring.event_attributes` gives the
-# event it exports (tests hold the two equal): nulls are left out (`json_merge_patch` drops them).
-SPAN_EVENTS_VIEW = f"""CREATE OR REPLACE VIEW span_events AS
-SELECT trace_id, span_id, time, name, attributes, source, received_at FROM received_span_events
+# The received events as schema 8 showed them: every stored row (migration 8 keeps this text).
+EVERY_RECEIVED_EVENT = "received_span_events"
+# Since schema 10: the first stored copy of each event. No received event has the write-back source
+# (every decoder sets its own; migration 8 deleted the stored write-back events), and saying so
+# lets a filter `source = 'ragpulse'` skip the received events, and the search for their copies,
+# at once.
+FIRST_RECEIVED_EVENTS = (
+    f"({first_copies_sql('received_span_events', EVENT_KEY, SPAN_EVENTS.column_names)}) "
+    f"WHERE source <> '{WRITEBACK_SOURCE}'"
+)
+
+
+def span_events_view(received: str = FIRST_RECEIVED_EVENTS) -> str:
+    """`CREATE VIEW span_events`: the `received` events (what follows FROM), and the write-back event
+    of each score, with the attributes `scoring.event_attributes` gives the event it exports (tests
+    hold the two equal): nulls are left out (`json_merge_patch` drops them)."""
+    return f"""CREATE OR REPLACE VIEW span_events AS
+SELECT trace_id, span_id, time, name, attributes, source, received_at FROM {received}
 UNION ALL
 SELECT trace_id, span_id, created_at AS time, '{EVALUATION_EVENT}' AS name,
     json_merge_patch('{{}}', json_object(
@@ -188,6 +251,9 @@ SELECT trace_id, span_id, created_at AS time, '{EVALUATION_EVENT}' AS name,
     )) AS attributes,
     '{WRITEBACK_SOURCE}' AS source, created_at AS received_at
 FROM scores;"""
+
+
+SPAN_EVENTS_VIEW = span_events_view()
 
 
 TRACES = Table(
@@ -471,9 +537,9 @@ PROBE_RUNS = Table(
     ),
 )
 
-# The tables of the latest schema (`span_events` is the view over two of them).
+# The tables of the latest schema (`spans` and `span_events` are views over them).
 ALL_TABLES: tuple[Table, ...] = (
-    SPANS,
+    RECEIVED_SPANS,
     RECEIVED_SPAN_EVENTS,
     TRACES,
     STEPS,

@@ -132,14 +132,17 @@ class SpanWriter:
         batch = concat_batches([b for b, _ in taken])
         started = time.perf_counter()
         try:
+            self._store.assert_writable()
             self._store.append_spans(batch.spans, batch.events)
         except Exception as exc:
-            log.exception("commit of %d spans failed", batch.accepted)
+            # Logged by the store's health: one line when writes start failing, a summary a minute.
+            self._store.health.failed(exc, "span writer", spans=batch.accepted)
             self._metrics.commit_errors.inc()
             for _, future in taken:
                 if not future.cancelled():
                     future.set_exception(exc)
             return
+        self._store.health.succeeded()
         self._metrics.commit_seconds.observe(time.perf_counter() - started)
         self._metrics.spans_stored.inc(batch.accepted)
         self._metrics.commits.inc()

@@ -266,6 +266,7 @@ class _Attempt(Exception):
         self.kind = kind
         self.retry = retry
         self.wait: float | None = None
+        self.rate_limited = False  # a 429: the server's request rate or token budget is spent
 
 
 class JudgeClient:
@@ -299,6 +300,9 @@ class JudgeClient:
         self._json_schema_ok = settings.response_format != "json_object"
         self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        # Told of every 429 with the seconds waited before the retry (0 when none follows): the
+        # service counts them in /metrics (`ragpulse_judge_rate_limited`).
+        self.on_rate_limited: Callable[[float], None] | None = None
 
     # -- identity recorded with each score ----------------------------------------------------------
 
@@ -441,6 +445,8 @@ class JudgeClient:
                     output_left -= 1
                     continue  # a re-sample, no wait: the server answered fine
                 else:
+                    if failure.rate_limited and self.on_rate_limited is not None:
+                        self.on_rate_limited(0.0)  # no retry left: nothing waited
                     if failure.retry == "transport" and self.settings.max_retries > 0:
                         result.error = f"gave up after {result.attempts} attempts: {failure}"
                         result.error_kind = (
@@ -453,6 +459,8 @@ class JudgeClient:
                     # "Equal jitter": at least half the backoff, so waits still grow; spread avoids herds.
                     wait = min(backoff, self.settings.backoff_max) * (0.5 + random.random() / 2)
                     backoff *= 2
+                if failure.rate_limited and self.on_rate_limited is not None:
+                    self.on_rate_limited(wait)
                 self._sleep(wait)
 
         result.latency_ms = (time.monotonic() - started) * 1000
@@ -593,6 +601,7 @@ class JudgeClient:
             if exc.status_code in _RETRYABLE_STATUS or exc.status_code >= 500:
                 failure = _Attempt("http_error", message, "transport")
                 failure.wait = _retry_after(exc.response)
+                failure.rate_limited = exc.status_code == 429
                 raise failure from exc
             raise _Attempt("http_error", message, "no") from exc
 
