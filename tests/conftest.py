@@ -16,6 +16,7 @@ from evaluators.judge import JudgeClient
 from tests.helpers import ServeProcess, make_config, sql
 from tests.judging import evaluator_client
 from tests.openai_stub import OpenAIStub
+from tests.postgres import PostgresServer
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,3 +76,11 @@ def stub() -> Iterator[OpenAIStub]:
 def client(stub: OpenAIStub) -> JudgeClient:
     """The judge client of the judge-evaluator tests, on `stub` (tests.judging.evaluator_client)."""
     return evaluator_client(stub)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for a module's lake tests (a catalog database per test: `new_lake`)."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()

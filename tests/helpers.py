@@ -292,6 +292,24 @@ def trace_request(
     return request
 
 
+def root_spans_request(count: int, **attributes: Any) -> tuple[ExportTraceServiceRequest, list[str]]:
+    """An export of `count` root spans, each its own trace, started now and 100 ms long, with these
+    attributes; and the span ids it carries (hex), to look them up once stored."""
+    now = time.time_ns()
+    spans = [
+        Span(
+            trace_id=secrets.token_bytes(16),
+            span_id=secrets.token_bytes(8),
+            name="rag-query",
+            start_time_unix_nano=now,
+            end_time_unix_nano=now + 100_000_000,
+            attributes=key_values(attributes),
+        )
+        for _ in range(count)
+    ]
+    return trace_request(spans, "tests", "tests"), [s.span_id.hex() for s in spans]
+
+
 def named_spans_batch(names: Iterable[str], service_name: str = "tests") -> SpanBatch:
     """The decoded batch of one export of bare spans named `names`, in order, each in a trace of its
     own (random ids), 100 ms long."""

@@ -11,7 +11,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import free_port, wait_for
 
@@ -92,6 +94,11 @@ class PostgresServer:
         """A new, empty database; returns the DuckLake catalog string for it."""
         self.psql(f'CREATE DATABASE "{name}"')
         return self.catalog(name)
+
+    def new_lake(self, directory: Path) -> dict[str, Any]:
+        """The `store:` section of a new lake: a catalog database of its own, data under `directory`."""
+        catalog = self.create_database(f"lake_{uuid.uuid4().hex[:10]}")
+        return {"backend": "ducklake", "catalog": catalog, "data_path": f"{directory}/lake/"}
 
     def catalog(self, name: str) -> str:
         return f"postgres:dbname={name} host=127.0.0.1 port={self.port} user=postgres"

@@ -10,7 +10,7 @@ import json
 import subprocess
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -60,18 +60,10 @@ POLICY = "Items can be returned within 30 days of delivery for a full refund."
 ANSWER = "Items can be returned within 30 days of delivery for a full refund."
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def lake(postgres: PostgresServer, tmp_path: Path) -> dict[str, Any]:
     """The `store:` section of a new lake: a database of its own, a data directory of its own."""
-    catalog = postgres.create_database(f"lake_{uuid.uuid4().hex[:10]}")
-    return {"backend": "ducklake", "catalog": catalog, "data_path": f"{tmp_path}/lake/"}
+    return postgres.new_lake(tmp_path)
 
 
 def lake_store(lake: dict[str, Any], replica: str, read_only: bool = False) -> DuckLakeStore:

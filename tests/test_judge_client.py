@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from collector.telemetry import Metrics
 from evaluators.judge import (
     MAX_DOCUMENT_CHARS,
     MAX_TOTAL_CHARS,
@@ -109,6 +110,28 @@ def test_429_honours_retry_after(stub: OpenAIStub) -> None:
     assert result.ok and result.attempts == 2
     first, second = stub.chat_requests
     assert 0.9 <= second.received_at - first.received_at < 2.0
+
+
+def test_429s_are_counted_with_the_wait_they_asked_for(stub: OpenAIStub) -> None:
+    """A 429 is told to `on_rate_limited` with the seconds waited (Retry-After honoured), as
+    `/metrics` counts it; a 503 is not a rate limit, and a 429 with no retry left waited nothing."""
+    stub.reply(status=429, error_message="rate limited", headers={"retry-after-ms": "200"})
+    stub.reply(status=503, error_message="overloaded")
+    stub.reply(GOOD)
+    stub.reply(status=429, error_message="rate limited", headers={"Retry-After": "1"})
+    metrics = Metrics()
+    client = JudgeClient(settings(stub, max_retries=2, backoff_max=3.0))
+    client.on_rate_limited = metrics.rate_limit_counter("scoring")
+    assert client.judge(messages(), Verdict).ok
+    assert metrics.judge_rate_limited.labels("scoring")._value.get() == 1
+    assert metrics.judge_rate_limit_wait.labels("scoring")._value.get() == pytest.approx(0.2)
+    client = JudgeClient(settings(stub, max_retries=0))
+    client.on_rate_limited = metrics.rate_limit_counter("canaries")
+    assert not client.judge(messages(), Verdict).ok
+    assert metrics.judge_rate_limited.labels("canaries")._value.get() == 1
+    assert metrics.judge_rate_limit_wait.labels("canaries")._value.get() == 0
+    exposed = metrics.exposition().decode()
+    assert 'ragpulse_judge_rate_limited_total{judge="scoring"} 1.0' in exposed
 
 
 def test_retry_after_is_capped_and_ms_header_read(stub: OpenAIStub) -> None:

@@ -4,49 +4,24 @@ catalog again by itself, and every acknowledged span is in the lake."""
 
 from __future__ import annotations
 
-import secrets
-import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from tests.helpers import metric, post_otlp, sql, trace_request, wait_for
+from tests.helpers import metric, post_otlp, root_spans_request, sql, wait_for
 from tests.postgres import PostgresServer
 from tests.test_ducklake import Replica
 
 PROTOBUF = "application/x-protobuf"
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
 def export(replica: Replica, spans: int = 10) -> tuple[int, list[str]]:
-    now = time.time_ns()
-    built = [
-        Span(
-            trace_id=secrets.token_bytes(16),
-            span_id=secrets.token_bytes(8),
-            name="rag-query",
-            start_time_unix_nano=now,
-            end_time_unix_nano=now + 1_000_000,
-        )
-        for _ in range(spans)
-    ]
-    body = trace_request(built, "lake-faults", "tests").SerializeToString()
+    request, span_ids = root_spans_request(spans)
     try:
-        status = post_otlp(replica.http_url, body, PROTOBUF, timeout=30).status_code
+        status = post_otlp(replica.http_url, request.SerializeToString(), PROTOBUF, timeout=30).status_code
     except httpx.TimeoutException:
         status = 0
-    return status, [s.span_id.hex() for s in built]
+    return status, span_ids
 
 
 def readiness(replica: Replica) -> httpx.Response:
@@ -54,12 +29,7 @@ def readiness(replica: Replica) -> httpx.Response:
 
 
 def test_the_catalog_down_and_back(postgres: PostgresServer, tmp_path: Path) -> None:
-    lake: dict[str, Any] = {
-        "backend": "ducklake",
-        "catalog": postgres.create_database(f"lake_{uuid.uuid4().hex[:10]}"),
-        "data_path": f"{tmp_path}/lake/",
-    }
-    replica = Replica("r1", lake, tmp_path).start()
+    replica = Replica("r1", postgres.new_lake(tmp_path), tmp_path).start()
     acked: list[str] = []
     refused: list[str] = []
     try:

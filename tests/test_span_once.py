@@ -9,8 +9,6 @@ real one on loopback, the lake a real PostgreSQL catalog (tests/postgres.py)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -54,19 +52,6 @@ QUESTION = "How long do I have to return an item?"
 POLICY = "Items can be returned within 30 days of delivery for a full refund."
 ANSWER = "Items can be returned within 30 days of delivery for a full refund."
 PROTOBUF = "application/x-protobuf"
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
-def new_lake(postgres: PostgresServer, tmp_path: Path) -> dict[str, Any]:
-    """The `store:` section of a new lake (a database and a data directory of its own)."""
-    catalog = postgres.create_database(f"lake_{uuid.uuid4().hex[:10]}")
-    return {"backend": "ducklake", "catalog": catalog, "data_path": f"{tmp_path}/lake/"}
 
 
 def capture(path: Path) -> tuple[str, str]:
@@ -127,7 +112,7 @@ def test_a_trace_delivered_four_times_is_stored_assembled_and_scored_once(
     `span_events` show each row once; one assembly, of 3 spans, and its scores untouched."""
     store: dict[str, Any] = {}
     if backend == "lake":
-        store = {**new_lake(request.getfixturevalue("postgres"), tmp_path), "replica": "r1"}
+        store = {**request.getfixturevalue("postgres").new_lake(tmp_path), "replica": "r1"}
     config = make_config(
         tmp_path,
         store=store,
@@ -224,7 +209,7 @@ def test_a_lake_of_schema_9_keeps_its_rows_and_shows_each_span_once(
 ) -> None:
     """Migration 10 on a lake: `spans` (a table until then) keeps its rows under its new name, and
     the views show the first stored copy of each span and event."""
-    lake = {**new_lake(postgres, tmp_path), "replica": "r1"}
+    lake = {**postgres.new_lake(tmp_path), "replica": "r1"}
     with open_store(StoreConfig.model_validate(lake)) as store, store._cursor() as con:
         # The lake as schema 9 left it.
         con.execute("DROP VIEW spans")

@@ -419,13 +419,6 @@ def test_cli_on_the_file_and_through_the_server_gives_the_same_json_and_limits(t
 # ---------------------------------------------------------------- the same on a lake
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
 def test_sql_limits_and_json_on_a_lake(postgres: PostgresServer, tmp_path: Path):
     # A lake's user queries run on its reader (a DuckDB of their own, read-only on the catalog).
     catalog = postgres.create_database(f"lake_{uuid.uuid4().hex[:10]}")

@@ -8,28 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.store.disk import wal_replay_message
 from collector.store.health import QUIET_SECONDS, SUMMARY_SECONDS, StoreHealth, store_error_reason
 from tests.helpers import (
     ServeProcess,
     file_rows,
-    key_values,
     metric,
     post_otlp,
+    root_spans_request,
     run_ragpulse,
     sql,
-    trace_request,
     wait_for,
 )
 
@@ -61,22 +57,8 @@ def fill(directory: Path) -> Path:
 
 def export(served: ServeProcess, spans: int = 20) -> tuple[httpx.Response, list[str]]:
     """One export of `spans` root spans of new traces; the response and the span ids sent."""
-    now = time.time_ns()
-    built = [
-        Span(
-            trace_id=secrets.token_bytes(16),
-            span_id=secrets.token_bytes(8),
-            name="rag-query",
-            start_time_unix_nano=now,
-            end_time_unix_nano=now + 100_000_000,
-            attributes=key_values({"padding": "x" * PADDING}),
-        )
-        for _ in range(spans)
-    ]
-    request = trace_request(built, "faults", "tests")
-    return post_otlp(served, request.SerializeToString(), PROTOBUF, timeout=10), [
-        s.span_id.hex() for s in built
-    ]
+    request, span_ids = root_spans_request(spans, padding="x" * PADDING)
+    return post_otlp(served, request.SerializeToString(), PROTOBUF, timeout=10), span_ids
 
 
 def ready(served: ServeProcess) -> httpx.Response:
