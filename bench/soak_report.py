@@ -139,7 +139,7 @@ def checks(summary: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         tr = a["traces"]
         rows.append(
             (
-                "traces assembled only at a restart, received >15 s before the kill",
+                "traces received >15 s before the kill but assembled only after the restart",
                 "0 (assembled once the disk frees)",
                 f"{tr['recovered_received_before_kill_minus_15s']:,}; recovery by received time: "
                 + ", ".join(

@@ -125,8 +125,10 @@ def analyse(
         },
     }
 
-    # Traces assembled at a start (`recovery`): by when their last span was received. Those received
-    # long before the kill waited for the restart: their assembly round had failed earlier.
+    # Traces assembled from the store (`recovery`): at a start, or once the store writes again after
+    # failing. By when their last span was received; those received long before the kill but
+    # assembled only after it waited for the restart (their assembly had failed and nothing took it
+    # back when the store recovered).
     kill = service_kill_at
     recovered = con.execute(
         f"""SELECT floor((epoch(last_received_at) - {t0}) / {schedule.judge_bin})::BIGINT AS bin, count(*),
@@ -144,9 +146,15 @@ def analyse(
         for b, n, lo, hi, at in recovered
     ]
     early = kill - 2 * DECISION_WAIT - 5 if kill else math.inf
-    traces["recovered_received_before_kill_minus_15s"] = sum(
-        n for b, n, lo, hi, at in recovered if lo < early
+    waited = (
+        con.execute(
+            f"""SELECT count(*) FROM traces WHERE assembly_reason = 'recovery' AND {ours}
+                AND epoch(last_received_at) - {t0} < {early} AND epoch(assembled_at) - {t0} >= {kill}"""
+        ).fetchone()
+        if kill
+        else None
     )
+    traces["recovered_received_before_kill_minus_15s"] = int(waited[0]) if waited else 0
     judge = judge_bins(con, ours, t0, schedule, judge_down, judge_grace)
     notifications = notification_check(con, webhook, t0)
     lag = lag_windows(con, ours, t0, schedule)
