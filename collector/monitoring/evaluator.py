@@ -82,8 +82,6 @@ class AlertBook:
             if event is None:
                 continue
             events.append(event)
-            self._metrics.alert_events.labels(event.state).inc()
-            log.warning("alert: %s", event.message)
             for name in spec.notify:
                 payload = (
                     slack_payload(event) if self._hooks[name].format == "slack" else event_payload(event)
@@ -103,6 +101,11 @@ class AlertBook:
             _rows(ALERT_EVENTS, [asdict(e) for e in events]),
             _rows(ALERT_NOTIFICATIONS, notifications),
         )
+        # Told once stored: a write that fails (a full disk) leaves the state as it was, and the
+        # next round finds the same event again; logged before, it would be logged twice.
+        for event in events:
+            self._metrics.alert_events.labels(event.state).inc()
+            log.warning("alert: %s", event.message)
         if notifications and self._on_notifications is not None:
             self._on_notifications()
         return events
