@@ -107,10 +107,13 @@ from soak_store import analyse
 
 
 class Interrupted(Exception):
+    """SIGINT or SIGTERM: the load stops and the run reports on what was done (again: abort)."""
+
     pass
 
 
 def main() -> None:
+    """Run the soak: parse the arguments, start the service, the load and the faults, then report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--minutes", type=float, default=60, help="run length; the hour's schedule is scaled to it"

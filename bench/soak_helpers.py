@@ -14,6 +14,7 @@ from pathlib import Path
 
 
 def free_port() -> int:
+    """A loopback TCP port nothing listens on."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -52,6 +53,7 @@ def alive(pid: int) -> bool:
 
 
 def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of a process so far, None when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
@@ -102,8 +104,10 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def rnd(value: float | None, digits: int = 2) -> float | None:
+    """`value` rounded for the report; None for a missing or NaN value."""
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(value, digits)
 
 
 def remove_tree(path: Path) -> None:
+    """Remove a directory and everything in it, whatever is left of it."""
     shutil.rmtree(path, ignore_errors=True)

@@ -209,6 +209,7 @@ def checks(summary: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
 
 
 def markdown(summary: dict[str, Any]) -> str:
+    """The report: the checks as a table, then the judge bins and the scoring lag."""
     lines = ["| check | expected | observed | ok |", "|---|---|---|---|"]
     for name, want, seen, ok in checks(summary):
         mark = "—" if ok is None else ("yes" if ok else "**NO**")

@@ -120,6 +120,7 @@ def rss_slopes(samples: list[dict[str, Any]], service: Service, t0: float, warmu
 
 
 def writable_of(sample: dict[str, Any]) -> str:
+    """`ragpulse_store_writable` in a sample, or 'absent' (the service did not answer)."""
     values = [v for k, v in (sample.get("metrics") or {}).items() if k.startswith("ragpulse_store_writable")]
     return f"{values[0]:g}" if values else "absent"
 

@@ -48,6 +48,8 @@ METRIC_PREFIXES = (
 
 @dataclass
 class Start:
+    """One start of the service: why, when, its pid and log, and when it was ready and exited."""
+
     reason: str
     spawned: float
     pid: int
@@ -227,6 +229,7 @@ class Service:
 
 
 def tail(path: Path, lines: int) -> str:
+    """The last `lines` lines of a log, empty when it cannot be read."""
     try:
         text = path.read_text(errors="replace").splitlines()
     except OSError:
@@ -244,6 +247,7 @@ def write_config(
     schedule: Schedule,
     judge_rate: float,
 ) -> dict[str, Any]:
+    """The service's config: the store, the judge, the alerts and the webhook of the soak."""
     config = {
         "receivers": {"host": "127.0.0.1", "grpc_port": grpc_port, "http_port": http_port},
         "store": {"path": str(db)},

@@ -30,6 +30,8 @@ def analyse(
     judge_grace: float,
     service_kill_at: float | None,
 ) -> dict[str, Any]:
+    """Read the stopped service's store: acked spans found, traces assembled, judge bins,
+    notifications, lag."""
     con = duckdb.connect(str(db), read_only=True)
     prefix = template.trace_hex_prefix()
     ours = f"starts_with(trace_id, '{prefix}')"
@@ -173,12 +175,14 @@ def analyse(
 
 
 def one(con: duckdb.DuckDBPyConnection, query: str) -> tuple[Any, ...]:
+    """The one row a query answers."""
     row = con.execute(query).fetchone()
     assert row is not None
     return row
 
 
 def acked_at(record: Any, t0: float) -> float | None:
+    """Seconds from the start when a batch was acknowledged, None when it never was."""
     return round(record.acked - t0, 2) if record.acked is not None else None
 
 
@@ -190,6 +194,7 @@ def judge_bins(
     down: list[list[Any]],
     grace: float,
 ) -> dict[str, Any]:
+    """Judge scores by status per bin of `created_at`, each bin marked outage, recovery or clean."""
     width = schedule.judge_bin
     rows = con.execute(
         f"""SELECT floor((epoch(created_at) - {t0}) / {width})::BIGINT AS bin, status,
@@ -252,6 +257,7 @@ def judge_bins(
 
 
 def notification_check(con: duckdb.DuckDBPyConnection, webhook: WebhookReceiver, t0: float) -> dict[str, Any]:
+    """The webhook's received notifications against `alert_notifications`: lost, pending, order."""
     table = con.execute(
         """SELECT event_id, webhook, epoch(created_at), epoch(delivered_at), attempts, last_error,
                   payload->>'alert', payload->>'state', (payload->>'repeat')::BOOLEAN
@@ -331,6 +337,7 @@ def notification_check(con: duckdb.DuckDBPyConnection, webhook: WebhookReceiver,
 
 
 def lag_windows(con: duckdb.DuckDBPyConnection, ours: str, t0: float, schedule: Schedule) -> dict[str, Any]:
+    """Scoring lag (p50, p95, max) per window of `last_received_at`, deterministic and judge."""
     width = schedule.lag_window
     det = con.execute(
         f"""SELECT floor((epoch(t.last_received_at) - {t0}) / {width})::BIGINT AS w, count(*),
