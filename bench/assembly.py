@@ -18,7 +18,7 @@ from pathlib import Path
 from load_generator import build
 
 from collector.otlp.batch import decode_request
-from collector.processors.assembler import TraceAssembler
+from collector.processors.assembly.assembler import TraceAssembler
 from collector.processors.config import AssemblerConfig, SamplingConfig
 from collector.processors.scoring import ScoringSetup
 from collector.store.duckdb_store import DuckDBStore

@@ -3,7 +3,7 @@
 
 The case is the one RAGAS 0.4.3 is measured on by bench/ragas_cost.py: three refund questions,
 four retrieved store-policy documents of 301 characters in all (the first sentence of four
-documents of examples/shop_assistant/knowledge_base.yaml), a two-sentence answer and an expected
+documents of collector/shop_assistant/knowledge_base.yaml), a two-sentence answer and an expected
 answer. The judge is a local OpenAI-protocol server (tests/openai_stub.py) that answers a valid
 verdict for whatever it is asked, so the real client sends the real prompts. What is counted:
 
@@ -74,7 +74,7 @@ DOCUMENT_IDS = ["refund-window", "refund-method", "returns-damaged", "return-shi
 
 
 def documents() -> list[Document]:
-    kb = yaml.safe_load((ROOT / "examples/shop_assistant/knowledge_base.yaml").read_text())
+    kb = yaml.safe_load((ROOT / "collector/shop_assistant/knowledge_base.yaml").read_text())
     by_id = {d["id"]: " ".join(d["content"].split()) for d in kb["indexes"]["store-policies"]}
     return [
         Document(rank=rank, id=doc_id, content=by_id[doc_id].split(". ")[0] + ".")

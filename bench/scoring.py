@@ -3,12 +3,12 @@
 
 The retrieval set is all six retrieval metrics (hit, recall, precision, mrr, ndcg, map) at k=5 and
 over the whole list: 12 score records per trace, items and explanations included. Traces are built
-in memory from the shop assistant's knowledge base (examples/shop_assistant/knowledge_base.yaml):
+in memory from the shop assistant's knowledge base (collector/shop_assistant/knowledge_base.yaml):
 one or two retrieval steps of 3-8 documents (some ids repeated across steps, as hybrid retrievers
 do) and 1-3 expected ids taken from the golden cases or drawn at random. Building the traces is not
 timed; only scoring is, in one thread (the figure is per core).
 
-`--text` adds the eight no-judge text evaluators (evaluators.text: faithfulness, context_recall,
+`--text` adds the eight no-judge text evaluators (evaluators/metrics/: faithfulness, context_recall,
 context_entity_recall, citation, context_precision, context_relevance, answer_correctness,
 answer_relevance, with their defaults), 20 score records per trace. The traces then also carry the
 documents' text, a golden question and expected answer, and an answer made of 1-3 sentences of the
@@ -34,12 +34,12 @@ import statistics
 import time
 from collections.abc import Callable
 
-from evaluators import text as text_evaluators
-from evaluators import textutil
-from evaluators.retrieval import METRICS, RetrievalEvaluator, make_retrieval_evaluator
+from collector.shop_assistant.knowledge import load_cases, load_indexes
+from evaluators import lexical, textutil
+from evaluators.metrics import all_metrics, answer_correctness
+from evaluators.metrics.retrieval import RetrievalEvaluator, make_retrieval_evaluator
+from evaluators.retrieval import METRICS
 from evaluators.scores import Score
-from evaluators.text import TEXT_EVALUATORS, deterministic_text_set
-from examples.shop_assistant.knowledge import load_cases, load_indexes
 from semconv.models import Document, RagTrace, Step
 
 CACHED = (
@@ -53,12 +53,13 @@ CACHED = (
     textutil._sentences,
     textutil.entities,
     textutil.entity_index,
-    text_evaluators._claims,
-    text_evaluators._doc,
-    text_evaluators._token_counts,
-    text_evaluators._stripped,
-    text_evaluators._context_memo,
+    lexical._claims,
+    lexical.read_doc,
+    answer_correctness._token_counts,
+    lexical._stripped,
+    lexical.context_memo,
 )
+TEXT_METRICS = [metric for metric in all_metrics() if not metric.family]  # all but retrieval.*
 
 
 def evaluator_set() -> list[RetrievalEvaluator]:
@@ -69,6 +70,11 @@ def evaluator_set() -> list[RetrievalEvaluator]:
             minimum = 0.2 if metric == "precision" else None
             evaluators.append(make_retrieval_evaluator(f"retrieval.{metric}{suffix}", minimum))
     return evaluators
+
+
+def text_evaluator_set() -> list[Callable[[RagTrace], Score]]:
+    """Every no-judge text evaluator with its defaults."""
+    return [metric.deterministic(metric.name, None, {}) for metric in TEXT_METRICS]
 
 
 def build_traces(n: int, seed: int, text: bool = False) -> list[RagTrace]:
@@ -128,7 +134,7 @@ def main() -> None:
 
     evaluators: list[Callable[[RagTrace], Score]] = list(evaluator_set())
     if args.text:
-        evaluators += deterministic_text_set()
+        evaluators += text_evaluator_set()
     traces = build_traces(args.traces, args.seed, text=args.text)
     statuses: dict[str, int] = {}
     for evaluator in evaluators:  # warm-up pass, also a sanity check of the statuses produced
@@ -150,7 +156,7 @@ def main() -> None:
     rate = statistics.median(rates)
     described = f"{', '.join(METRICS)}; @5 and whole list"
     if args.text:
-        described += f"; text: {', '.join(TEXT_EVALUATORS)}"
+        described += f"; text: {', '.join(metric.name for metric in TEXT_METRICS)}"
     print(f"traces: {len(traces):,}, evaluators per trace: {len(evaluators)} ({described})")
     print(f"warm-up statuses (first 1,000 traces): {dict(sorted(statuses.items()))}")
     print(f"passes: {', '.join(f'{r:,.0f}' for r in rates)} traces/s")

@@ -5,6 +5,8 @@ nothing was lost.
     .venv/bin/python bench/soak.py                       # the full hour (as root: it mounts a tmpfs)
     .venv/bin/python bench/soak.py --minutes 6           # the same schedule squeezed into 6 minutes
     .venv/bin/python bench/soak.py --minutes 6 --faults disk --out /tmp/soak-disk   # one fault only
+    .venv/bin/python bench/soak.py --faults "" --memory-probe --out /tmp/soak-mem   # no fault; the
+                          # service's memory by allocator every minute (bench/serve_memory.py)
 
 The service runs from .venv/bin/ragpulse as a subprocess, with a config file written to a temporary
 directory, its store on a tmpfs the script mounts (and unmounts at the end, also on error or Ctrl-C).
@@ -144,6 +146,11 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="results directory (kept)")
     parser.add_argument(
+        "--memory-probe",
+        action="store_true",
+        help="start the service through bench/serve_memory.py: where its memory is, every minute",
+    )
+    parser.add_argument(
         "--keep-db", action="store_true", help="copy the DuckDB file to the results directory"
     )
     parser.add_argument(
@@ -172,6 +179,8 @@ def main() -> None:
     judge, webhook = FlakyJudge(free_port()), WebhookReceiver(free_port())
     grpc_port, http_port = free_port(), free_port()
     service = Service(work / "ragpulse.yaml", f"http://127.0.0.1:{http_port}", results)
+    if args.memory_probe:
+        service.command = [sys.executable, str(Path(__file__).with_name("serve_memory.py"))]
     template = BatchTemplate(TRACES_PER_BATCH, os.urandom(8))
     flip = schedule.flip_minutes
     sender = LoadSender(

@@ -122,7 +122,9 @@ def checks(summary: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                     f"{series['rss_slope_mib_per_hour']} MiB/h service "
                     f"({series['rss_mib_first_last']} MiB first/last, {series['samples']} samples, "
                     f"{series['from_s']}-{series['to_s']} s); with workers "
-                    f"{series['service_plus_workers_slope_mib_per_hour']} MiB/h",
+                    f"{series['service_plus_workers_slope_mib_per_hour']} MiB/h; without DuckDB's buffer "
+                    f"pool {series['rss_without_duckdb_buffer_slope_mib_per_hour']} MiB/h (the pool "
+                    f"{series['duckdb_buffer_mib_first_last']} MiB first/last)",
                     None,
                 )
             )

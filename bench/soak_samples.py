@@ -19,6 +19,8 @@ from soak_helpers import children, cpu_seconds, parse_metrics, rnd, slope_per_ho
 from soak_load import LoadSender
 from soak_service import METRIC_PREFIXES, Service
 
+DUCKDB_MEMORY = "SELECT sum(memory_usage_bytes)::BIGINT AS b FROM duckdb_memory()"
+
 
 class Sampler(threading.Thread):
     """Every `every` s: the service's VmRSS (and its workers'), CPU, `/healthz`, `/healthz/ready`,
@@ -76,6 +78,11 @@ class Sampler(threading.Thread):
                     sample[f"{key}_body"] = response.text[:300]
             except httpx.HTTPError as exc:
                 sample[f"{key}_status"] = type(exc).__name__
+        try:  # DuckDB's buffer pool (bounded by store.memory_limit), to tell it apart in the RSS
+            rows = self.client.post(self.service.http_url + "/api/sql", json={"query": DUCKDB_MEMORY}).json()
+            sample["duckdb_buffer_bytes"] = rows[0]["b"]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            sample["duckdb_error"] = type(exc).__name__
         try:
             page = self.client.get(self.service.http_url + "/metrics").text
             sample["metrics"] = parse_metrics(page, METRIC_PREFIXES)
@@ -102,6 +109,17 @@ def rss_slopes(samples: list[dict[str, Any]], service: Service, t0: float, warmu
         main = [(s["wall"], s["rss_kib"] / 1024) for s in points]
         both = [(s["wall"], (s["rss_kib"] + s.get("workers_rss_kib", 0)) / 1024) for s in points]
         workers = [(s["wall"], s.get("workers_rss_kib", 0) / 1024) for s in points]
+        # The RSS without DuckDB's buffer pool, which fills up to store.memory_limit as the store grows.
+        besides = [
+            (s["wall"], s["rss_kib"] / 1024 - s["duckdb_buffer_bytes"] / 2**20)
+            for s in points
+            if isinstance(s.get("duckdb_buffer_bytes"), int)
+        ]
+        buffer = [
+            (s["wall"], s["duckdb_buffer_bytes"] / 2**20)
+            for s in points
+            if isinstance(s.get("duckdb_buffer_bytes"), int)
+        ]
         out.append(
             {
                 "pid": start.pid,
@@ -114,6 +132,8 @@ def rss_slopes(samples: list[dict[str, Any]], service: Service, t0: float, warmu
                 "workers_slope_mib_per_hour": rnd(slope_per_hour(workers)),
                 "service_plus_workers_slope_mib_per_hour": rnd(slope_per_hour(both)),
                 "peak_rss_mib": rnd(max((v for _, v in main), default=None)),
+                "duckdb_buffer_mib_first_last": [rnd(buffer[0][1]), rnd(buffer[-1][1])] if buffer else None,
+                "rss_without_duckdb_buffer_slope_mib_per_hour": rnd(slope_per_hour(besides)),
             }
         )
     return {"warmup_s": warmup, "series": out}

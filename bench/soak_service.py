@@ -75,6 +75,8 @@ class Service:
     unexpected_exits: list[dict[str, Any]] = field(default_factory=list)
     lingering_workers: list[dict[str, Any]] = field(default_factory=list)
     killed_at: float = 0.0
+    # The command before `serve --config F`: `ragpulse`, or bench/serve_memory.py (`--memory-probe`).
+    command: list[str] = field(default_factory=lambda: [str(RAGPULSE)])
 
     @property
     def pid(self) -> int | None:
@@ -85,9 +87,10 @@ class Service:
         with self.lock:
             log = self.results / f"serve-{len(self.starts) + 1}.log"
             env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPULSE_")}
+            env["SERVE_MEMORY_OUT"] = str(self.results / f"serve-memory-{len(self.starts) + 1}.jsonl")
             with log.open("wb") as out:
                 self.proc = subprocess.Popen(
-                    [str(RAGPULSE), "serve", "--config", str(self.config)],
+                    [*self.command, "serve", "--config", str(self.config)],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env=env,

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.datasets import DatasetError, cases_table, parse_cases
-from collector.processors.assembler import TraceAssembler
+from collector.processors.assembly.assembler import TraceAssembler
 from collector.sql import TRUNCATED_HEADER, QueryError, SqlConfig, user_sql
 from collector.store.base import Store
 from collector.telemetry import Metrics

@@ -7,24 +7,27 @@ import logging
 import threading
 from collections.abc import Callable
 
+from collector.lifecycle import Component, remaining
 
-class BackgroundWorker:
+
+class BackgroundWorker(Component):
     """Runs `_run` on a daemon thread named `name`; `_run` loops until `_stopping` is set, and waits
     on it (`self._stopping.wait(seconds)`) so that `stop` ends a wait at once. A component that
     does one round every so many seconds writes `_run` as one call of `_run_every`."""
 
     def __init__(self, name: str) -> None:
+        self.name = name.removeprefix("ragpulse-")
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop after the round in progress (waiting at most `timeout` seconds for it)."""
+    def stop(self, deadline: float | None = None) -> None:
+        """Stop after the round in progress (waiting for it 15 s at most, and not past `deadline`)."""
         self._stopping.set()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(remaining(deadline, 15.0))
 
     def _run(self) -> None:
         raise NotImplementedError

@@ -1,7 +1,7 @@
 """`ragpulse demo`: the guided first run.
 
 Starts the collector on a fresh DuckDB file and free loopback ports, loads the example's golden
-cases, drives the example shop assistant (`examples/shop_assistant`) in its three modes and both
+cases, drives the example shop assistant (`collector/shop_assistant`) in its three modes and both
 conventions through the real OTel SDK OTLP/gRPC exporter, waits until every trace is assembled,
 stops the collector and prints what the tables say per mode, plus SQL to try next.
 
@@ -333,7 +333,7 @@ def run_demo(
 ) -> list[dict[str, Any]]:
     """Run the whole demo and print it; returns the summary rows."""
     # Imported here: only the demo needs the example app (and it imports `semconv`, not us).
-    from examples.shop_assistant import CASES_FILE, CONVENTIONS, MODES, load_cases, run
+    from collector.shop_assistant import CASES_FILE, CONVENTIONS, MODES, load_cases, run
 
     console = console or Console()
     prepare_database(db)

@@ -29,7 +29,7 @@ from collector.config import Config
 from collector.otlp.batch import concat_batches, decode_request
 from collector.otlp.json_request import UndecodableBody, parse_json_request
 from collector.pipeline import IngestPipeline
-from collector.processors.assembler import TraceAssembler
+from collector.processors.assembly.assembler import TraceAssembler
 from collector.processors.scoring import ScoringSetup
 from collector.processors.slices import slicing
 from collector.store import open_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 if TYPE_CHECKING:
     from collector.store.health import StoreHealth
@@ -17,6 +17,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # process_resident_memory_bytes, process_cpu_seconds_total, open fds: the service's own.
+        ProcessCollector(registry=r)
         self.spans_received = Counter(
             "ragpulse_spans_received", "Spans received, by protocol", ["protocol"], registry=r
         )

@@ -1,51 +1,40 @@
 """Evaluator entries (`{name: retrieval.recall@5, min: 0.8}`) -> evaluators.
 
 An entry is a score name (docs/scores.md lists them all) plus options: `min` (or its synonym
-`threshold`), `mode` and `judge` (both for the judge variants), and the evaluator's own options (e.g.
+`threshold`), `mode` and `judge` (both for the judge variants), and the metric's own options (e.g.
 `coverage` for `faithfulness`, `entities` for `context_entity_recall`). Every mistake is a ValueError
 that names the entry and the key, raised when the configuration is read, never while scoring
 (docs/scores.md, "Configuring scores").
 
-Every evaluator has a no-judge variant; these also have a judge variant: `faithfulness` (and its
-aliases; option `mode`: claims | answer), `context_relevance` (option `metric`: share | precision@k |
-ndcg@k | mrr), `context_precision`, `context_recall`, `answer_relevance` and `answer_correctness`
-(option `mode`: f1 | precision). With a `JudgeClient` given, those names use the judge variant unless
-the entry says `judge: false`; `judge: true` without a judge, or on a name with no judge variant
-(the retrieval family, `context_entity_recall`, `citation`: exact rules), is refused.
+The metrics are the modules of `evaluators.metrics`, each declaring its names, options, variants
+and evaluated span once (`evaluators.metric.Metric`); nothing here lists them. Every metric has a
+no-judge variant; those with a judge variant use it when a `JudgeClient` is given, unless the entry
+says `judge: false`; `judge: true` without a judge, or on a metric with no judge variant (an exact
+rule), is refused.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .retrieval import make_retrieval_evaluator
-from .text import FAITHFULNESS_ALIASES, TEXT_EVALUATORS, Evaluator
+from .metric import Evaluates, Evaluator, JudgeVariant
+from .metrics import all_metrics, metric_for, metric_of_score
 
 if TYPE_CHECKING:  # the judge modules (and `openai`) load only when a judge variant is built
     from .judge.client import JudgeClient
 
-# The deterministic set used when the configuration lists no evaluators. Precision@k is left out:
-# it requires an explicit `min` (its reachable maximum depends on k and the case).
-DEFAULT_ENTRIES: tuple[dict[str, Any], ...] = (
-    {"name": "retrieval.hit@5"},
-    {"name": "retrieval.recall@5"},
-    {"name": "retrieval.mrr@5"},
-    {"name": "retrieval.ndcg@5"},
-    {"name": "retrieval.map@5"},
-    *({"name": name} for name in TEXT_EVALUATORS),
+# The deterministic set used when the configuration lists no evaluators: every metric's defaults.
+DEFAULT_ENTRIES: tuple[dict[str, Any], ...] = tuple(
+    entry for metric in all_metrics() for entry in metric.default_entries()
 )
 _COMMON_KEYS = frozenset({"name", "min", "threshold", "mode", "judge"})
-JUDGE_NAMES = (
-    *FAITHFULNESS_ALIASES,
-    "context_relevance",
-    "context_precision",
-    "context_recall",
-    "answer_relevance",
-    "answer_correctness",
+# Every name (aliases too) of the metrics that have a judge variant.
+JUDGE_NAMES: tuple[str, ...] = tuple(
+    name for metric in all_metrics() if metric.judge is not None for name in (metric.name, *metric.aliases)
 )
 
 
@@ -66,15 +55,24 @@ class EvaluatorEntry(BaseModel):
 
 
 def known_names() -> list[str]:
-    """Every score name an entry may use (retrieval names also take `@k`)."""
-    retrieval = [f"retrieval.{m}" for m in ("hit", "recall", "precision", "mrr", "ndcg", "map")]
-    return [*retrieval, *TEXT_EVALUATORS, *(a for a in FAITHFULNESS_ALIASES if a not in TEXT_EVALUATORS)]
+    """Every score name an entry may use (retrieval names also take `@k`), aliases last."""
+    metrics = all_metrics()
+    names = [name for metric in metrics for name in metric.names if name not in metric.aliases]
+    return [*names, *(alias for metric in metrics for alias in metric.aliases)]
 
 
 def uses_judge(entry: Mapping[str, Any], judge_configured: bool) -> bool:
     """Whether an entry is scored by the judge: its name has a judge variant, a judge is
     configured, and the entry does not say `judge: false`."""
     return judge_configured and entry.get("name") in JUDGE_NAMES and entry.get("judge") is not False
+
+
+@lru_cache(maxsize=1024)
+def evaluates(name: str) -> Evaluates:
+    """What a score named `name` evaluates, as its metric declares: `retrieval`, `generation` or
+    `answer` (a name no metric has: `answer`, the trace as a whole)."""
+    metric = metric_of_score(name)
+    return metric.evaluates if metric is not None else "answer"
 
 
 def build_evaluator(entry: Mapping[str, Any], judge: JudgeClient | None = None) -> Evaluator:
@@ -88,61 +86,39 @@ def build_evaluator(entry: Mapping[str, Any], judge: JudgeClient | None = None) 
     wants = entry.get("judge")
     if wants is not None and not isinstance(wants, bool):
         raise ValueError(f"judge: must be true or false, got {wants!r}")
-    if wants is True and name not in JUDGE_NAMES:
-        known = name.startswith("retrieval.") or name in TEXT_EVALUATORS
-        if known:
-            raise ValueError(f"judge: {name} is an exact rule with no judge variant; drop judge: true")
-    if wants is True and judge is None and (name in JUDGE_NAMES):
+    metric = metric_for(name)
+    if wants is True and metric is not None and metric.judge is None:
+        raise ValueError(f"judge: {name} is an exact rule with no judge variant; drop judge: true")
+    if wants is True and judge is None and name in JUDGE_NAMES:
         raise ValueError("judge: no judge configured (set judge.model)")
-    use_judge = uses_judge(entry, judge is not None)
     options = {k: v for k, v in entry.items() if k not in _COMMON_KEYS}
-    if use_judge:
-        assert judge is not None
-        return _judge_variant(name, judge, minimum, entry.get("mode"), options)
+    if uses_judge(entry, judge is not None):
+        assert judge is not None and metric is not None and metric.judge is not None
+        return _judge_variant(metric.judge, name, judge, minimum, entry.get("mode"), options)
     if entry.get("mode") is not None:
         raise ValueError(f"mode: applies to the judge variant of {name}, which is not in use")
-    if name.startswith("retrieval."):
-        if options:
-            raise ValueError(f"{sorted(options)[0]}: unknown option for {name}")
-        return make_retrieval_evaluator(name, minimum)
-    if name in FAITHFULNESS_ALIASES:
-        return _call(TEXT_EVALUATORS["faithfulness"], name, minimum, {**options, "name": name})
-    factory = TEXT_EVALUATORS.get(name)
-    if factory is None:
+    if metric is None:
         raise ValueError(f"name: unknown evaluator {name!r}; known: {', '.join(known_names())}")
-    return _call(factory, name, minimum, options)
+    # The metric checks `min` and its own options; its message names the score and the option.
+    return metric.deterministic(name, minimum, options)
 
 
 def _judge_variant(
-    name: str, judge: JudgeClient, minimum: float | None, mode: Any, options: dict[str, Any]
+    variant: JudgeVariant,
+    name: str,
+    judge: JudgeClient,
+    minimum: float | None,
+    mode: Any,
+    options: dict[str, Any],
 ) -> Evaluator:
-    from .judge import scorers
-
-    modes: dict[str, tuple[str, ...]] = {
-        "answer_correctness": scorers.ANSWER_CORRECTNESS_MODES,
-        **{alias: scorers.FAITHFULNESS_MODES for alias in FAITHFULNESS_ALIASES},
-    }
-    if mode is not None and name not in modes:
-        hint = " (use metric: share | precision@k | ndcg@k | mrr)" if name == "context_relevance" else ""
-        raise ValueError(f"mode: unknown option for {name}{hint}")
-    if mode is not None and mode not in modes[name]:
-        raise ValueError(f"mode: must be {' or '.join(modes[name])} for {name}, got {mode!r}")
-    metric = options.pop("metric", "share") if name == "context_relevance" else None
+    if mode is not None and not variant.modes:
+        raise ValueError(f"mode: unknown option for {name}{variant.mode_hint}")
+    if mode is not None and mode not in variant.modes:
+        raise ValueError(f"mode: must be {' or '.join(variant.modes)} for {name}, got {mode!r}")
     for option in options:
-        raise ValueError(f"{option}: unknown option for the judge variant of {name}")
-    if name in FAITHFULNESS_ALIASES:
-        return scorers.make_judge_faithfulness(judge, minimum, mode=mode or "claims", name=name)
-    if name == "context_relevance":
-        assert metric is not None
-        return scorers.make_judge_context_relevance(judge, minimum, metric=metric)
-    if name == "answer_correctness":
-        return scorers.make_judge_answer_correctness(judge, minimum, mode=mode or "f1")
-    factories: dict[str, Callable[[JudgeClient, float | None], Evaluator]] = {
-        "context_precision": scorers.make_judge_context_precision,
-        "context_recall": scorers.make_judge_context_recall,
-        "answer_relevance": scorers.make_judge_answer_relevance,
-    }
-    return factories[name](judge, minimum)
+        if option not in variant.options:
+            raise ValueError(f"{option}: unknown option for the judge variant of {name}")
+    return variant.build(judge, name, minimum, mode, options)
 
 
 def build_evaluators(
@@ -175,6 +151,7 @@ def check_entries(entries: Sequence[Mapping[str, Any]] | None, judge_configured:
 
 
 def _minimum(entry: Mapping[str, Any]) -> float | None:
+    """The entry's `min` (or `threshold`): a number, checked against 0..1 by the metric."""
     minimum, threshold = entry.get("min"), entry.get("threshold")
     if minimum is not None and threshold is not None and minimum != threshold:
         raise ValueError("threshold: give min or threshold (the same thing), not both")
@@ -182,15 +159,3 @@ def _minimum(entry: Mapping[str, Any]) -> float | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise ValueError(f"min: must be a number from 0 to 1, got {value!r}")
     return None if value is None else float(value)
-
-
-def _call(
-    factory: Callable[..., Evaluator], name: str, minimum: float | None, options: dict[str, Any]
-) -> Evaluator:
-    """Call a factory with the entry's options, turning an unknown option into a clear error."""
-    accepted = inspect.signature(factory).parameters
-    for option in options:
-        if option not in accepted or option == "min":
-            raise ValueError(f"{option}: unknown option for {name}")
-    # The factory checks `min` and its own options; its message names the evaluator and the option.
-    return factory(minimum, **options)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -44,6 +43,7 @@ from semconv.models import Document, RagTrace, Step
 from .embeddings import Embed
 from .parallel import map_in_order
 from .scores import Score
+from .textutil import unicode_words
 
 # Skip reasons that mean "no reference" (or no retrieval to score): an error in a suite, whose cases
 # promise one.
@@ -461,9 +461,10 @@ def write_snapshot(path: Path, entries: dict[str, SnapshotEntry]) -> None:
 
 
 def answer_similarity(before: str, after: str) -> float:
-    """Word-sequence similarity, 0..1: `difflib.SequenceMatcher.ratio()` over lowercased words
-    (2 x matching words / total words). 1 for the same wording; reordering and rewording lower it."""
-    a, b = _words(before), _words(after)
+    """Word-sequence similarity, 0..1: `difflib.SequenceMatcher.ratio()` over case-folded words
+    (`textutil.unicode_words`; 2 x matching words / total words). 1 for the same wording; reordering
+    and rewording lower it."""
+    a, b = unicode_words(before), unicode_words(after)
     if not a and not b:
         return 1.0
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
@@ -546,7 +547,3 @@ def compare_snapshot(
                 )
             )
     return changes
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())

@@ -1,4 +1,5 @@
-"""Text helpers for the no-judge evaluators (`evaluators.text`): words, sentences, numbers, entities.
+"""Text helpers for the evaluators (`evaluators.lexical`, `evaluators/metrics/`): words, sentences,
+numbers, entities.
 
 Everything here is deterministic, English-only and deliberately simple: a lexical stand-in for
 understanding, not understanding. The rules:
@@ -84,6 +85,18 @@ def words(text: str) -> list[str]:
 @lru_cache(maxsize=8192)
 def _words(text: str) -> tuple[str, ...]:
     return tuple(_WORD.findall(text.lower()))
+
+
+def unicode_words(text: str) -> list[str]:
+    """Case-folded runs of Unicode word characters: how a judge's quote is found in a document
+    (`evaluators.judge.asking.quote_problem`) and how `ragpulse eval` compares answers (not the
+    lexical `words` above: any script, and `don't` is two words)."""
+    return re.findall(r"\w+", text.casefold())
+
+
+def blank(text: str | None) -> bool:
+    """Whether a text is absent or only white space (an input the evaluators treat as missing)."""
+    return text is None or not text.strip()
 
 
 def is_number(word: str) -> bool:

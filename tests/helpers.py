@@ -591,7 +591,7 @@ def judged_example_app(
     service name), every trace judged by a test judge answering `verdict(system, user)`; yields once
     every trace's judge scores are in."""
     from collector.service import BackgroundService
-    from examples.shop_assistant.runner import run as run_app
+    from collector.shop_assistant.runner import run as run_app
     from tests.openai_stub import OpenAIStub, RecordedRequest
 
     def respond(request: RecordedRequest) -> str:

@@ -32,16 +32,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-import collector.processors.assembler as assembler_module
+import collector.processors.assembly.claims as claims_module
 from collector.otlp.batch import SpanBatch, decode_request, empty_batch
-from collector.processors.assembler import (
-    ROUND_TRACES,
-    WRITE_JOBS,
-    TraceAssembler,
-    mapping_pool,
-    runs_without_repeats,
-    submit_job,
-)
+from collector.processors.assembly.assembler import WRITE_JOBS, TraceAssembler
+from collector.processors.assembly.ready import ROUND_TRACES
+from collector.processors.assembly.workers import mapping_pool, submit_job
+from collector.processors.assembly.writing import runs_without_repeats
 from collector.processors.config import AssemblerConfig, SamplingConfig
 from collector.processors.mapping_job import MAP_CHUNK, MapJob, Scoring, run_map_job
 from collector.processors.scoring import ScoringSetup
@@ -429,7 +425,7 @@ def test_mapping_workers_run_at_the_configured_niceness(tmp_path: Path) -> None:
     with BackgroundService(make_config(tmp_path, assembler=assembler)) as svc:
         send(svc.http_url, trace_id_of(1), rag_spans())
         wait_traces(svc, 1, timeout=30)  # the first job waits for the worker to start
-        pool = svc.assembler._pool if svc.assembler else None
+        pool = svc.assembler.worker_pool if svc.assembler else None
         assert pool is not None
         (worker,) = pool._processes
         assert os.getpriority(os.PRIO_PROCESS, worker) == 12
@@ -726,7 +722,7 @@ def test_a_trace_delivered_again_after_a_restart_ends_with_one_row(
     # A trace that comes again whole (root included) after a restart is not looked up in the store
     # when it is assembled (that read all of `traces` for every job): it is written as new, and the
     # search for traces assembled twice re-assembles it from every stored span, leaving one row.
-    monkeypatch.setattr(assembler_module, "RECONCILE_EVERY", 0.5)
+    monkeypatch.setattr(claims_module, "RECONCILE_EVERY", 0.5)
     tid = trace_id_of(1)
     base = time.time_ns()
     with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
@@ -1116,7 +1112,7 @@ def test_worker_process_maps_like_the_thread_and_survives_its_death(tmp_path: Pa
             wait_traces(svc, 1, timeout=30)  # the first job also waits for the spawn
             rows[workers] = _rows_without_ids(svc, trace_id_of(1))
             if workers:
-                pool = svc.assembler._pool if svc.assembler else None
+                pool = svc.assembler.worker_pool if svc.assembler else None
                 assert pool is not None, "workers: 1 must map in a worker process"
                 for pid in list(pool._processes):  # the worker(s) of this service's pool
                     os.kill(pid, signal.SIGKILL)
@@ -1124,7 +1120,8 @@ def test_worker_process_maps_like_the_thread_and_survives_its_death(tmp_path: Pa
                 (after,) = wait_traces(svc, 1, where=f"trace_id = '{trace_id_of(2)}'", timeout=30)
                 assert after["mapping_error"] is None
                 assert _rows_without_ids(svc, trace_id_of(2)) == rows[0]
-                assert svc.assembler is not None and svc.assembler._pool is None  # fell back to the thread
+                assert svc.assembler is not None
+                assert svc.assembler.worker_pool is None  # fell back to the thread
     assert rows[1] == rows[0]
 
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
+from collector.shop_assistant.knowledge import load_indexes
 from evaluators import textutil as tu
 from evaluators.calibration import CalibrationCase, CalibrationSet, load_calibration, run_calibration
+from evaluators.metrics.answer_relevance import make_answer_relevance
+from evaluators.metrics.faithfulness import make_faithfulness
 from evaluators.registry import build_evaluator, known_names
 from evaluators.suite import case_trace
-from evaluators.text import make_answer_relevance, make_faithfulness
-from examples.shop_assistant.knowledge import load_indexes
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_FILE = ROOT / "examples" / "calibration" / "cases.yaml"

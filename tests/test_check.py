@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from collector.shop_assistant.runner import run as run_app
 from collector.store.duckdb_store import DuckDBStore
-from examples.shop_assistant.runner import run as run_app
 from tests.helpers import ServeProcess, run_ragpulse, seed_scores, sql, wait_for
 
 UNTIL = "2026-12-01T12:00:00"

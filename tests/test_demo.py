@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from collector.demo import DemoError, Metric, expected_documents_found, prepare_database, summary_table
-from examples.shop_assistant import CONVENTIONS, MODES, load_cases
-from examples.shop_assistant.llm import NOT_FOUND
-from examples.shop_assistant.text import sentences
+from collector.shop_assistant import CONVENTIONS, MODES, load_cases
+from collector.shop_assistant.llm import NOT_FOUND
+from collector.shop_assistant.text import sentences
 from tests.helpers import RAGPULSE, clean_env, file_execute, file_rows, free_port, run_ragpulse, wait_for
 
 CASES = load_cases()

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from evaluators.registry import DEFAULT_ENTRIES, build_evaluator, build_evaluators, known_names
+from evaluators.metrics import all_metrics
+from evaluators.registry import (
+    DEFAULT_ENTRIES,
+    JUDGE_NAMES,
+    build_evaluator,
+    build_evaluators,
+    evaluates,
+    known_names,
+)
 from semconv import Document, RagTrace, Step
 from tests.helpers import DEFAULT_SCORE_NAMES
 
@@ -101,3 +109,53 @@ def test_known_names_cover_the_design_table() -> None:
     names = known_names()
     for name in ("retrieval.ndcg", "context_precision", "hallucination", "answer_relevance", "citation"):
         assert name in names
+
+
+def test_every_metric_module_is_found_and_declares_itself_once() -> None:
+    metrics = all_metrics()
+    assert [metric.name for metric in metrics] == [
+        "retrieval",
+        "faithfulness",
+        "context_recall",
+        "context_entity_recall",
+        "citation",
+        "context_precision",
+        "context_relevance",
+        "answer_correctness",
+        "answer_relevance",
+    ]
+    for metric in metrics:
+        assert metric.doc and "\n" not in metric.doc, metric.name
+    assert set(JUDGE_NAMES) == {
+        "faithfulness",
+        "groundedness",
+        "hallucination",
+        "context_relevance",
+        "context_precision",
+        "context_recall",
+        "answer_relevance",
+        "answer_correctness",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [
+        ("retrieval.recall@5", "retrieval"),
+        ("retrieval.ndcg", "retrieval"),
+        ("context_recall", "retrieval"),
+        ("context_entity_recall", "retrieval"),
+        ("context_precision", "retrieval"),
+        ("context_relevance", "retrieval"),
+        ("context_relevance.ndcg@5", "retrieval"),
+        ("faithfulness", "generation"),
+        ("groundedness", "generation"),
+        ("hallucination", "generation"),
+        ("citation", "generation"),
+        ("answer_correctness", "answer"),
+        ("answer_relevance", "answer"),
+        ("not_a_metric", "answer"),
+    ],
+)
+def test_each_metric_says_what_it_evaluates(name: str, target: str) -> None:
+    assert evaluates(name) == target

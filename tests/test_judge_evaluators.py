@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from evaluators.judge import JudgeClient, JudgeSettings, fence_inputs
-from evaluators.judge.prompts import CONTEXT_RELEVANCE_VERSION, FAITHFULNESS_VERSION, ClaimVerdict
-from evaluators.judge.scorers import (
-    check_claims,
+from evaluators.judge.asking import ClaimVerdict, check_claims
+from evaluators.metrics.context_relevance import (
+    CONTEXT_RELEVANCE_VERSION,
     label_metric,
     make_judge_context_relevance,
-    make_judge_faithfulness,
 )
+from evaluators.metrics.faithfulness import FAITHFULNESS_VERSION, make_judge_faithfulness
 from evaluators.registry import build_evaluator, build_evaluators
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step

@@ -14,21 +14,16 @@ from typing import Any
 import pytest
 
 from evaluators.judge import JudgeClient
-from evaluators.judge.prompts import (
+from evaluators.metrics.answer_correctness import (
     ANSWER_CORRECTNESS_VERSION,
     ANSWER_PRECISION_VERSION,
-    ANSWER_RELEVANCE_VERSION,
-    CONTEXT_PRECISION_VERSION,
-    CONTEXT_RECALL_VERSION,
-)
-from evaluators.judge.scorers import (
     make_judge_answer_correctness,
-    make_judge_answer_relevance,
-    make_judge_context_precision,
-    make_judge_context_recall,
-    make_judge_context_relevance,
-    make_judge_faithfulness,
 )
+from evaluators.metrics.answer_relevance import ANSWER_RELEVANCE_VERSION, make_judge_answer_relevance
+from evaluators.metrics.context_precision import CONTEXT_PRECISION_VERSION, make_judge_context_precision
+from evaluators.metrics.context_recall import CONTEXT_RECALL_VERSION, make_judge_context_recall
+from evaluators.metrics.context_relevance import make_judge_context_relevance
+from evaluators.metrics.faithfulness import make_judge_faithfulness
 from evaluators.registry import build_evaluator
 from evaluators.scores import Score
 from semconv.models import Document, RagTrace, Step

@@ -1,4 +1,5 @@
-"""The deterministic retrieval metrics (evaluators/retrieval.py) and the score record (evaluators/scores.py).
+"""The deterministic retrieval metrics (evaluators/retrieval.py, evaluators/metrics/retrieval.py) and the
+score record (evaluators/scores.py).
 
 Hand-worked values for every definition and edge case of docs/scores.md, "Retrieval metrics"
 (duplicates, k beyond the list, no expected ids, nothing relevant retrieved, documents without ids,
@@ -16,18 +17,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from evaluators.metrics.retrieval import evaluate_retrieval, make_retrieval_evaluator, parse_name
 from evaluators.retrieval import (
     METRIC_FUNCTIONS,
     METRICS,
     MissingDocumentIdError,
     average_precision,
     dedupe,
-    evaluate_retrieval,
     hit,
-    make_retrieval_evaluator,
     mrr,
     ndcg,
-    parse_name,
     precision,
     recall,
 )

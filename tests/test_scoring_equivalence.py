@@ -36,10 +36,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from evaluators import retrieval as retrieval_module
+from evaluators import lexical
 from evaluators import scores as scores_module
-from evaluators import text as text_evaluators
-from evaluators.retrieval import METRICS, make_retrieval_evaluator
+from evaluators.metrics import all_metrics
+from evaluators.metrics import retrieval as retrieval_module
+from evaluators.metrics.answer_correctness import make_answer_correctness
+from evaluators.metrics.answer_relevance import make_answer_relevance
+from evaluators.metrics.citation import make_citation
+from evaluators.metrics.context_entity_recall import make_context_entity_recall
+from evaluators.metrics.context_precision import make_context_precision
+from evaluators.metrics.context_recall import make_context_recall
+from evaluators.metrics.context_relevance import make_context_relevance
+from evaluators.metrics.faithfulness import make_faithfulness
+from evaluators.metrics.retrieval import make_retrieval_evaluator
+from evaluators.retrieval import METRICS
 from evaluators.scores import THRESHOLD_TOLERANCE, Score, ScoreItem, score_item, score_items
 from semconv.models import Document, RagTrace, Step
 
@@ -64,20 +74,20 @@ def _retrieval_configs() -> dict[str, Callable[[RagTrace], Score]]:
 
 def _text_configs() -> dict[str, Callable[[RagTrace], Score]]:
     configs: dict[str, Callable[[RagTrace], Score]] = {
-        name: factory() for name, factory in text_evaluators.TEXT_EVALUATORS.items()
+        metric.name: metric.deterministic(metric.name, None, {})
+        for metric in all_metrics()
+        if not metric.family
     }
-    configs["groundedness coverage=0.5"] = text_evaluators.make_faithfulness(
-        0.5, coverage=0.5, name="groundedness"
-    )
-    configs["context_recall min=0.5"] = text_evaluators.make_context_recall(0.5)
-    configs["context_entity_recall entities"] = text_evaluators.make_context_entity_recall(
+    configs["groundedness coverage=0.5"] = make_faithfulness(0.5, coverage=0.5, name="groundedness")
+    configs["context_recall min=0.5"] = make_context_recall(0.5)
+    configs["context_entity_recall entities"] = make_context_entity_recall(
         entities=["30 days", "Acme", "$25"]
     )
-    configs["citation ranks"] = text_evaluators.make_citation(ranks=True)
-    configs["context_precision useful=0.5"] = text_evaluators.make_context_precision(0.3, useful=0.5)
-    configs["context_relevance min=0.5"] = text_evaluators.make_context_relevance(0.5)
-    configs["answer_correctness min=0.4"] = text_evaluators.make_answer_correctness(0.4, coverage=0.5)
-    configs["answer_relevance min=0.9"] = text_evaluators.make_answer_relevance(0.9)
+    configs["citation ranks"] = make_citation(ranks=True)
+    configs["context_precision useful=0.5"] = make_context_precision(0.3, useful=0.5)
+    configs["context_relevance min=0.5"] = make_context_relevance(0.5)
+    configs["answer_correctness min=0.4"] = make_answer_correctness(0.4, coverage=0.5)
+    configs["answer_relevance min=0.9"] = make_answer_relevance(0.9)
     return configs
 
 
@@ -543,7 +553,7 @@ def test_retrieval_evaluators_match_the_reference(
 
 def _clear_memos() -> None:
     retrieval_module._reading_memo.cache_clear()
-    text_evaluators._context_memo.cache_clear()
+    lexical.context_memo.cache_clear()
 
 
 MUTATIONS = (

@@ -23,9 +23,10 @@ from collector.monitoring.alerts import observe
 from collector.monitoring.config import AlertRule, MonitoringConfig
 from collector.monitoring.scope import Scope, parse_slices
 from collector.monitoring.windows import utc_now
-from collector.processors.slices import OTHER, Dimension, DimensionCap, trace_slices
+from collector.processors.slices import Dimension, DimensionCap, trace_slices
 from collector.service import BackgroundService, Service
 from collector.store.duckdb_store import DuckDBStore
+from collector.store.trace_rows import OTHER
 from semconv import SpanRecord
 from tests.helpers import (
     emit_topic_request,

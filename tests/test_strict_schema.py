@@ -4,18 +4,35 @@ lists; it says the same as pydantic's own schema, in fewer characters."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from evaluators.judge import prompts, strict_json_schema
+from evaluators import metrics
+from evaluators.judge import asking, strict_json_schema
+from evaluators.judge.asking import ClaimVerdict
+from evaluators.metrics.context_relevance import ContextRelevanceVerdict
 
-VERDICT_MODELS = [
-    getattr(prompts, name)
-    for name in dir(prompts)
-    if name.endswith("Verdict") and isinstance(getattr(prompts, name), type)
+# Every verdict schema: the shared claims schema and each metric module's own.
+_MODULES = [
+    asking,
+    *(
+        importlib.import_module(f"{metrics.__name__}.{m.name}")
+        for m in pkgutil.iter_modules(metrics.__path__)
+    ),
 ]
+VERDICT_MODELS = sorted(
+    {
+        model
+        for module in _MODULES
+        for name, model in vars(module).items()
+        if name.endswith("Verdict") and isinstance(model, type)
+    },
+    key=lambda model: model.__name__,
+)
 
 
 def walk(node: Any) -> list[dict[str, Any]]:
@@ -98,7 +115,7 @@ def test_a_recursive_model_keeps_its_definitions() -> None:
 
 
 def test_optional_plain_types_become_type_lists() -> None:
-    claim = strict_json_schema(prompts.ClaimVerdict)
+    claim = strict_json_schema(ClaimVerdict)
     assert claim["properties"]["doc_id"]["type"] == ["string", "null"]
     assert claim["properties"]["quote"]["type"] == ["string", "null"]
     assert claim["properties"]["claim"] == {"type": "string"}
@@ -107,12 +124,12 @@ def test_optional_plain_types_become_type_lists() -> None:
 def test_value_constraints_are_not_sent_but_still_checked_on_the_reply() -> None:
     """`minLength` / `minimum` stay out of the wire schema (providers' strict modes differ on them);
     pydantic still rejects a reply that breaks them."""
-    relevance = strict_json_schema(prompts.ContextRelevanceVerdict)
+    relevance = strict_json_schema(ContextRelevanceVerdict)
     assert relevance["properties"]["documents"]["items"]["properties"]["rank"] == {"type": "integer"}
     with pytest.raises(ValueError, match="greater than or equal to 1"):
-        prompts.ContextRelevanceVerdict.model_validate({"documents": [{"rank": 0, "relevant": True}]})
+        ContextRelevanceVerdict.model_validate({"documents": [{"rank": 0, "relevant": True}]})
     with pytest.raises(ValueError, match="at least 1 character"):
-        prompts.ClaimVerdict.model_validate({"claim": "", "verdict": "supported"})
+        ClaimVerdict.model_validate({"claim": "", "verdict": "supported"})
 
 
 class Bounds(BaseModel):

@@ -1,27 +1,23 @@
-"""No-judge text evaluators (evaluators.text) and their tokenizing (evaluators.textutil): hand-worked
-values, missing inputs, and the example shop assistant's healthy / degraded / hallucinate answers."""
+"""No-judge text evaluators (the deterministic variants in evaluators/metrics/) and their tokenizing
+(evaluators.textutil): hand-worked values, missing inputs, and the example shop assistant's healthy /
+degraded / hallucinate answers."""
 
 from __future__ import annotations
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
+from collector.shop_assistant import Case, ShopAssistant, load_cases
 from evaluators import textutil as tu
-from evaluators.text import (
-    DEFAULT_MIN,
-    TEXT_EVALUATORS,
-    make_answer_correctness,
-    make_answer_relevance,
-    make_citation,
-    make_context_entity_recall,
-    make_context_precision,
-    make_context_recall,
-    make_context_relevance,
-    make_faithfulness,
-    rank_aware_precision,
-    token_f1,
-)
-from examples.shop_assistant import Case, ShopAssistant, load_cases
+from evaluators.metrics import all_metrics
+from evaluators.metrics.answer_correctness import make_answer_correctness, token_f1
+from evaluators.metrics.answer_relevance import make_answer_relevance
+from evaluators.metrics.citation import make_citation
+from evaluators.metrics.context_entity_recall import make_context_entity_recall
+from evaluators.metrics.context_precision import make_context_precision, rank_aware_precision
+from evaluators.metrics.context_recall import make_context_recall
+from evaluators.metrics.context_relevance import make_context_relevance
+from evaluators.metrics.faithfulness import make_faithfulness
 from semconv.models import Document, RagTrace, Step
 
 REFUND = "You can request a refund within 30 days of delivery. Items must be unused."
@@ -308,10 +304,11 @@ def test_answer_relevance_recall_of_question_words() -> None:
 
 
 def test_every_evaluator_skips_an_empty_trace_and_never_passes() -> None:
-    assert set(TEXT_EVALUATORS) == set(DEFAULT_MIN)
-    for name, factory in TEXT_EVALUATORS.items():
-        score = factory()(_trace())
-        assert score.status in ("skipped", "fail"), name
+    text_metrics = [metric for metric in all_metrics() if not metric.family]
+    assert len(text_metrics) == 8
+    for metric in text_metrics:
+        score = metric.deterministic(metric.name, None, {})(_trace())
+        assert score.status in ("skipped", "fail"), metric.name
         assert not score.passed
 
 

@@ -221,7 +221,7 @@ def test_a_verdict_the_scorer_rejects_is_not_stored_and_a_stored_one_is_asked_ag
     """Ranks [1, 1] for two documents parse but are unusable (`bad_verdict`): not persisted, so the
     next run asks again; and a row holding such a verdict (as a store written before the scorers'
     checks ran ahead of the cache may) is a miss, replaced by the next usable verdict."""
-    from evaluators.judge.scorers import make_judge_context_relevance
+    from evaluators.metrics.context_relevance import make_judge_context_relevance
     from semconv.models import Document, RagTrace, Step
 
     def relevance(*ranks: int) -> str:

@@ -137,9 +137,9 @@ class EvaluationExporter(BackgroundWorker):
         super().__init__("ragpulse-evaluation-export")
         self._sleep = sleep or self._stopping.wait
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, deadline: float | None = None) -> None:
         """Stop after the export in progress; what is left stays in the outbox for the next start."""
-        super().stop(timeout)
+        super().stop(deadline)
         self._exporter.shutdown()
 
     def _run(self) -> None:

@@ -25,6 +25,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collector.exporters.config import OtlpExporterConfig
+from collector.lifecycle import Component, remaining
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,10 @@ def _http_base(endpoint: str) -> str:
     return endpoint.removesuffix("/v1/traces").removesuffix("/v1/logs")
 
 
-class Forwarder:
+class Forwarder(Component):
     """Sends queued trace and log exports to `config.endpoint` over OTLP/gRPC or OTLP/HTTP protobuf."""
+
+    name = "forwarder"
 
     def __init__(
         self,
@@ -81,12 +84,13 @@ class Forwarder:
             self._queue.append(request)
             self._cond.notify()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Send what is queued (within `timeout`), then stop."""
+    def stop(self, deadline: float | None = None) -> None:
+        """Send what is queued (within 10 s, and not past `deadline`), then stop."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(remaining(deadline, 10.0))
 
     def _run(self) -> None:
         while True:

@@ -53,10 +53,10 @@ class WebhookNotifier(BackgroundWorker):
         """New notifications were written: look now rather than at the next poll."""
         self._wake.set()
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, deadline: float | None = None) -> None:
         """Stop after the delivery in progress; what is pending is delivered after the next start."""
         self._wake.set()
-        super().stop(timeout)
+        super().stop(deadline)
         self._client.close()
 
     def _run(self) -> None:

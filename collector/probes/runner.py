@@ -46,6 +46,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from collector.background import BackgroundWorker
 from collector.datasets import DatasetError, cases_table, read_cases
+from collector.lifecycle import remaining
 from collector.monitoring.windows import sql_string, utc_now
 from collector.pipeline import IngestPipeline, Overloaded, Stopped
 from collector.probes.config import ProbeConfig
@@ -464,10 +465,11 @@ class ProbeRunner(BackgroundWorker):
         finally:
             self._release(name)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop after the runs in progress (they stop sending, stop waiting and record themselves)."""
-        deadline = time.monotonic() + timeout
-        super().stop(timeout)
+    def stop(self, deadline: float | None = None) -> None:
+        """Stop after the runs in progress (they stop sending, stop waiting and record themselves),
+        waiting 15 s at most, and not past `deadline`."""
+        deadline = time.monotonic() + remaining(deadline, 15.0)
+        super().stop(deadline)
         with self._lock:
             threads = list(self._threads)
         for thread in threads:

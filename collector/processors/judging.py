@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import orjson
 import pyarrow as pa
 
+from collector.lifecycle import Component, remaining
 from collector.processors.config import ScoringConfig
 from collector.processors.redaction import Redactor
 from collector.processors.sampler import JudgeBudget
@@ -35,8 +36,8 @@ from collector.store.base import Store
 from collector.store.health import log_failure
 from collector.store.span_records import records_by_trace, span_records
 from collector.telemetry import Metrics
+from evaluators.metric import Evaluator
 from evaluators.scores import Score
-from evaluators.text import Evaluator
 from semconv import RagTrace, map_trace
 from semconv.options import DEFAULT_OPTIONS, MappingOptions
 
@@ -66,8 +67,10 @@ class JudgeHealth:
         return {"model": self.model, "ok": self.ok, "error": self.error}
 
 
-class JudgeStage:
+class JudgeStage(Component):
     """Runs the judge evaluators on the store's pending traces (see the module docstring)."""
+
+    name = "judge-stage"
 
     def __init__(
         self,
@@ -103,12 +106,13 @@ class JudgeStage:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop taking work and store what is finished; traces still being judged stay pending in
-        the store and are judged again after the next start."""
+    def stop(self, deadline: float | None = None) -> None:
+        """Stop taking work and store what is finished (within 10 s, and not past `deadline`);
+        traces still being judged stay pending in the store and are judged again after the next
+        start."""
         self._stopping.set()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(remaining(deadline, 10.0))
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ the loop

@@ -37,18 +37,13 @@ from collector.store.tables import (
     SCORES,
 )
 from collector.telemetry import Metrics
-from evaluators.registry import build_evaluators, uses_judge
+from evaluators.metric import Evaluates, Evaluator
+from evaluators.registry import build_evaluators, evaluates, uses_judge
 from evaluators.scores import Score
-from evaluators.text import Evaluator
 from semconv import RagTrace, SpanRecord
 
 if TYPE_CHECKING:
     from collector.config import Config
-
-
-# Score names by what they evaluate (the rest, answer-level, go to the root span).
-_RETRIEVAL_PREFIXES = ("retrieval.", "context_")
-_GENERATION_NAMES = frozenset({"faithfulness", "groundedness", "hallucination", "citation"})
 
 
 @dataclass
@@ -145,11 +140,10 @@ def evaluated_span(trace: RagTrace, name: str) -> str:
     return _span_for(trace, _evaluates(name))
 
 
-def _evaluates(name: str) -> str:
-    """What a score evaluates: `retrieval`, `generation` or `answer` (its evaluated span follows)."""
-    if name.startswith(_RETRIEVAL_PREFIXES):
-        return "retrieval"
-    return "generation" if name in _GENERATION_NAMES else "answer"
+def _evaluates(name: str) -> Evaluates:
+    """What a score evaluates, as its metric declares (`evaluators/metrics/`): `retrieval`,
+    `generation` or `answer` (its evaluated span follows; a name no metric has: `answer`)."""
+    return evaluates(name)
 
 
 def _span_for(trace: RagTrace, target: str) -> str:

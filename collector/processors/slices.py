@@ -12,20 +12,20 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.store.trace_rows import OTHER, TraceSlices
 from semconv import SpanRecord, names
 
 if TYPE_CHECKING:
     from collector.monitoring.config import MonitoringConfig
     from collector.store.base import Store
 
-OTHER = "other"
 # A value longer than this is cut: a slice is a label, not a payload.
 MAX_VALUE_CHARS = 200
 # Distinct values counted between two rankings; past it, new values wait for the next interval.
@@ -39,15 +39,6 @@ class Dimension:
     name: str
     attribute: str | None = None
     resource: str | None = None
-
-
-@dataclass
-class TraceSlices:
-    """One trace's probe marks and dimension values (None: not set)."""
-
-    probe: str | None = None
-    probe_run: str | None = None
-    values: dict[str, str | None] = field(default_factory=dict)
 
 
 def trace_slices(

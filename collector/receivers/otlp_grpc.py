@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from collector.lifecycle import Component, remaining
 from collector.pipeline import ExportOutcome, IngestPipeline, Overloaded, Stopped
 from collector.receivers.config import ReceiversConfig
 from collector.receivers.responses import logs_response, trace_response
@@ -122,9 +123,11 @@ class _LogsService:
         return await self.Export(request, context)
 
 
-class OtlpGrpcReceiver:
+class OtlpGrpcReceiver(Component):
     """The gRPC server; `start()` binds the port (0 picks a free one, see `.port`). With
     `credentials` (from `tls:`) the port speaks TLS only."""
+
+    name = "otlp-grpc"
 
     def __init__(
         self,
@@ -181,8 +184,9 @@ class OtlpGrpcReceiver:
             raise OSError(f"cannot listen for OTLP/gRPC on {address}: {exc}") from None
         await self._server.start()
 
-    async def stop(self, grace: float = 5.0) -> None:
-        await self._server.stop(grace)
+    async def stop(self, deadline: float | None = None) -> None:
+        """Stop taking exports; those in progress get 5 s to finish (not past `deadline`)."""
+        await self._server.stop(remaining(deadline, 5.0))
 
 
 def _check_port_free(host: str, port: int, address: str) -> None:

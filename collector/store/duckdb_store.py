@@ -21,7 +21,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.processors.slices import OTHER
 from collector.sql import QueryResult, run_query
 from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError, StoreLocked
 from collector.store.config import StoreConfig
@@ -31,7 +30,7 @@ from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.quiet_gate import QuietGate
 from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.store.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY, first_stored
-from collector.store.trace_rows import TraceTables
+from collector.store.trace_rows import OTHER, TraceTables
 
 
 def _connection_config(config: StoreConfig | None, read_only: bool) -> dict[str, Any]:
@@ -112,12 +111,23 @@ def migrate(con: duckdb.DuckDBPyConnection, rewrite: Callable[[str], str] | None
 
 @contextlib.contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """BEGIN ... COMMIT, rolled back when the block raises."""
-    con.execute("BEGIN TRANSACTION")
+    """BEGIN ... COMMIT, rolled back when the block raises.
+
+    A connection kept open (the span writer's) may still be in a transaction that failed and could
+    not be rolled back (a ROLLBACK on a full disk can fail too): every statement on it would then
+    fail with "Current transaction is aborted" long after the disk was freed. Such a transaction is
+    rolled back before the new one begins, and a failed ROLLBACK never hides the error that caused
+    it."""
+    try:
+        con.execute("BEGIN TRANSACTION")
+    except duckdb.TransactionException:
+        con.execute("ROLLBACK")
+        con.execute("BEGIN TRANSACTION")
     try:
         yield con
     except BaseException:
-        con.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
         raise
     try:
         con.execute("COMMIT")

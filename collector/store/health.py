@@ -18,14 +18,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import duckdb
 
 from collector.background import BackgroundWorker
-
-if TYPE_CHECKING:
-    from collector.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -191,12 +188,23 @@ class StoreHealth:
         return {"writable": False, "reason": self.reason, "failing_for_s": failing_for}
 
 
+class HealthyStore(Protocol):
+    """What the store probe and `log_failure` need of a store (`Store` has it): its health, and the
+    two ways to try it."""
+
+    health: StoreHealth
+
+    def assert_writable(self) -> None: ...
+
+    def probe_write(self) -> None: ...
+
+
 class StoreProbe(BackgroundWorker):
     """While writes fail, tries the store every `every` seconds (`Store.probe_write`), so that it is
     found writable again without waiting for traffic (a pod that is not ready gets none); while
     they succeed, checks now and then that the database file is still the one opened."""
 
-    def __init__(self, store: Store, every: float = 5.0, check_every: float = 30.0) -> None:
+    def __init__(self, store: HealthyStore, every: float = 5.0, check_every: float = 30.0) -> None:
         super().__init__("ragpulse-store-probe")
         self._store = store
         self._every = every
@@ -223,7 +231,9 @@ class StoreProbe(BackgroundWorker):
                 health.succeeded()
 
 
-def log_failure(logger: logging.Logger, store: Store, component: str, message: str, *args: object) -> None:
+def log_failure(
+    logger: logging.Logger, store: HealthyStore, component: str, message: str, *args: object
+) -> None:
     """In an `except` block: a storage failure (no space, read-only, lost catalog) is counted in the
     store's health, which logs it once and a summary a minute; anything else is logged on `logger`
     with its traceback, as a bug should be."""

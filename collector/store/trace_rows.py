@@ -4,15 +4,27 @@ rows their online scores add (`scores`, and `evaluation_outbox` when scores are 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
-from collector.processors.slices import TraceSlices
 from collector.store.tables import DOCUMENTS, STEPS, TRACES
 from semconv import RagTrace
+
+# The value a dimension's rare values are counted under, past its cap (`monitoring.dimensions`).
+OTHER = "other"
+
+
+@dataclass
+class TraceSlices:
+    """One trace's probe marks and dimension values (None: not set), as its `traces` row holds them
+    (collector/processors/slices.py finds them)."""
+
+    probe: str | None = None
+    probe_run: str | None = None
+    values: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from collector.lifecycle import Component, remaining
 from collector.otlp.batch import SpanBatch, concat_batches
 from collector.store.base import Store
 from collector.telemetry import Metrics
@@ -37,8 +38,10 @@ def _rows(batch: SpanBatch) -> int:
     return batch.accepted + batch.events.num_rows
 
 
-class SpanWriter:
+class SpanWriter(Component):
     """Group-commits queued span batches into the store from one background thread."""
+
+    name = "writer"
 
     def __init__(
         self,
@@ -97,13 +100,14 @@ class SpanWriter:
             self._cond.notify()
         return future
 
-    def stop(self, timeout: float | None = 30.0) -> None:
-        """Commit everything already queued, then end the thread."""
+    def stop(self, deadline: float | None = None) -> None:
+        """Commit everything already queued, then end the thread (waiting 30 s at most, and not
+        past `deadline`)."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(remaining(deadline, 30.0))
 
     def _take(self) -> list[tuple[SpanBatch, Future[None]]] | None:
         with self._cond:

@@ -1,6 +1,8 @@
 """The LLM judge: its settings (`settings`), a fail-closed OpenAI-compatible client (`client`),
-building one from settings (`build`), fencing / clipping of untrusted text (`fence`) and a
-persistent verdict cache in DuckDB (`store`). Judge evaluators build their prompts with
+building one from settings (`build`), fencing / clipping of untrusted text (`fence`), a
+persistent verdict cache in DuckDB (`store`), and what the metrics' judge variants share
+(`asking`: their messages, the call, the checks of verdicts). Each metric's own prompt, verdict
+schema and scoring are in its module (`evaluators/metrics/`); they build their prompts with
 `fence_inputs` and call `JudgeClient.judge`.
 
 Names are imported on first use, so reading the `judge:` settings (every command's config) does

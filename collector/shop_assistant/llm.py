@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from examples.shop_assistant.retriever import Hit
-from examples.shop_assistant.text import sentences, terms, whitespace_tokens
+from collector.shop_assistant.retriever import Hit
+from collector.shop_assistant.text import sentences, terms, whitespace_tokens
 
 SYSTEM_PROMPT = (
     "You are the shop assistant. Answer the customer's question using only the numbered context "

@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from examples.shop_assistant.knowledge import KbDocument
-from examples.shop_assistant.text import terms
+from collector.shop_assistant.knowledge import KbDocument
+from collector.shop_assistant.text import terms
 
 
 @dataclass(frozen=True)

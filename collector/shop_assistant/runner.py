@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from examples.shop_assistant.app import Answer, ShopAssistant
-from examples.shop_assistant.knowledge import Case, load_cases
-from examples.shop_assistant.telemetry import CountingExporter, otlp_exporter, tracer_provider
+from collector.shop_assistant.app import Answer, ShopAssistant
+from collector.shop_assistant.knowledge import Case, load_cases
+from collector.shop_assistant.telemetry import CountingExporter, otlp_exporter, tracer_provider
 
 
 @dataclass
@@ -44,7 +44,7 @@ def run(
     report = RunReport(mode, convention)
     try:
         app = ShopAssistant(
-            provider.get_tracer("examples.shop_assistant"),
+            provider.get_tracer("collector.shop_assistant"),
             mode=mode,
             convention=convention,
             latency=latency,

@@ -21,9 +21,9 @@ from typing import Any
 
 from opentelemetry.trace import Span, SpanKind, Tracer
 
-from examples.shop_assistant.knowledge import POLICY_INDEX, WRONG_INDEX, Case, KbDocument, load_indexes
-from examples.shop_assistant.llm import Completion, ComposerLLM
-from examples.shop_assistant.retriever import Bm25Retriever, Hit
+from collector.shop_assistant.knowledge import POLICY_INDEX, WRONG_INDEX, Case, KbDocument, load_indexes
+from collector.shop_assistant.llm import Completion, ComposerLLM
+from collector.shop_assistant.retriever import Bm25Retriever, Hit
 from semconv import emit
 
 MODES = ("healthy", "degraded", "hallucinate")

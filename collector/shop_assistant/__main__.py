@@ -1,4 +1,4 @@
-"""`python -m examples.shop_assistant --endpoint localhost:4317 --mode healthy --convention ragpulse`"""
+"""`python -m collector.shop_assistant --endpoint localhost:4317 --mode healthy --convention ragpulse`"""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from examples.shop_assistant.app import CONVENTIONS, MODES
-from examples.shop_assistant.knowledge import CASES_FILE, load_cases
-from examples.shop_assistant.runner import run
-from examples.shop_assistant.telemetry import PROTOCOLS
+from collector.shop_assistant.app import CONVENTIONS, MODES
+from collector.shop_assistant.knowledge import CASES_FILE, load_cases
+from collector.shop_assistant.runner import run
+from collector.shop_assistant.telemetry import PROTOCOLS
 
 
 def main(argv: list[str] | None = None) -> int:
     """Send one trace per question of the case file; exit 1 when the collector did not take them all."""
-    parser = argparse.ArgumentParser(prog="python -m examples.shop_assistant", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m collector.shop_assistant", description=__doc__)
     parser.add_argument("--endpoint", default="localhost:4317", help="OTLP endpoint (default %(default)s)")
     parser.add_argument("--protocol", choices=PROTOCOLS, default="grpc")
     parser.add_argument("--mode", choices=MODES, default="healthy")

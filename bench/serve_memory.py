@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""`ragpulse serve` with a thread that records, every `SERVE_MEMORY_EVERY` seconds (60), where the
+process's memory is: its resident and anonymous memory, glibc malloc's arenas (in use and free,
+`mallinfo2`), DuckDB's jemalloc (allocated, active, resident, retained: `mallctl`), and Python's
+allocated blocks; one JSON line each to `SERVE_MEMORY_OUT` (serve-memory.jsonl).
+
+    .venv/bin/python bench/serve_memory.py serve --config ragpulse.yaml
+    .venv/bin/python bench/soak.py --memory-probe ...     # the soak's service started this way
+
+Run it as `ragpulse` would be run; every argument goes to the `ragpulse` command. DuckDB's buffer
+pool is read from outside (`duckdb_memory()` through /api/sql, as bench/soak.py does). glibc and
+the DuckDB wheel's jemalloc (its symbols are prefixed `duckdb_je_`) only: elsewhere those fields are
+left out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+OUT = Path(os.environ.get("SERVE_MEMORY_OUT", "serve-memory.jsonl"))
+EVERY = float(os.environ.get("SERVE_MEMORY_EVERY", "60"))
+MALLINFO_FIELDS = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+    "keepcost",
+)
+JEMALLOC_STATS = ("allocated", "active", "resident", "retained", "mapped", "metadata")
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in MALLINFO_FIELDS]
+
+
+def status_kib(field: str) -> int | None:
+    """A field of /proc/self/status, in KiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def glibc_arenas() -> dict[str, int] | None:
+    """glibc malloc's arenas in MiB: obtained from the system, in use, free."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+    except (OSError, AttributeError):
+        return None
+    info = libc.mallinfo2()
+    return {
+        "arena": info.arena >> 20,
+        "in_use": info.uordblks >> 20,
+        "free": info.fordblks >> 20,
+        "mmapped": info.hblkhd >> 20,
+    }
+
+
+def jemalloc_stats() -> dict[str, int] | None:
+    """DuckDB's jemalloc in MiB (stats refreshed first: `epoch`)."""
+    try:
+        import _duckdb  # type: ignore[import-not-found]
+
+        je = ctypes.CDLL(_duckdb.__file__)
+        mallctl = je.duckdb_je_mallctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    mallctl.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+    ]
+    epoch, size = ctypes.c_uint64(1), ctypes.c_size_t(8)
+    mallctl(b"epoch", ctypes.byref(epoch), ctypes.byref(size), ctypes.byref(epoch), 8)
+    stats = {}
+    for name in JEMALLOC_STATS:
+        value, size = ctypes.c_size_t(0), ctypes.c_size_t(8)
+        if mallctl(f"stats.{name}".encode(), ctypes.byref(value), ctypes.byref(size), None, 0) == 0:
+            stats[name] = value.value >> 20
+    return stats
+
+
+def sample(started: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"t": round(time.time() - started, 1), "wall": time.time()}
+    row["rss_mib"] = (status_kib("VmRSS") or 0) >> 10
+    row["anon_mib"] = (status_kib("RssAnon") or 0) >> 10
+    row["python_blocks"] = sys.getallocatedblocks()
+    for key, read in (("glibc", glibc_arenas), ("jemalloc", jemalloc_stats)):
+        value = read()
+        if value is not None:
+            row[key] = value
+    return row
+
+
+def record() -> None:
+    started = time.time()
+    while True:
+        time.sleep(EVERY)
+        try:
+            row = sample(started)
+        except Exception as exc:  # never let the probe take the service down
+            row = {"t": round(time.time() - started, 1), "error": repr(exc)}
+        with OUT.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+
+
+def main() -> None:
+    threading.Thread(target=record, name="memory-probe", daemon=True).start()
+    from collector.cli import main as ragpulse
+
+    sys.exit(ragpulse())
+
+
+if __name__ == "__main__":
+    main()

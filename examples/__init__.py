@@ -1,1 +1,0 @@
-"""Example apps instrumented for ragpulse (run them against `ragpulse serve` or through `ragpulse demo`)."""
