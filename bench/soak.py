@@ -241,30 +241,10 @@ def main() -> None:
             sampler.start()
             injectors = [
                 Injector(
-                    "judge",
-                    t0,
-                    [
-                        a
-                        for s, e, m in schedule.judge_outages()
-                        if s < schedule.duration
-                        for a in (
-                            (s, f"judge {m}", lambda m=m: judge.set_mode(m)),
-                            (e, "judge up", lambda: judge.set_mode("up")),
-                        )
-                    ],
+                    "judge", t0, schedule.down_and_up("judge", schedule.judge_outages(), judge.set_mode)
                 ),
                 Injector(
-                    "webhook",
-                    t0,
-                    [
-                        a
-                        for s, e, m in schedule.webhook_downs()
-                        if s < schedule.duration
-                        for a in (
-                            (s, f"webhook {m}", lambda m=m: webhook.set_mode(m)),
-                            (e, "webhook up", lambda: webhook.set_mode("up")),
-                        )
-                    ],
+                    "webhook", t0, schedule.down_and_up("webhook", schedule.webhook_downs(), webhook.set_mode)
                 ),
                 Injector(
                     "disk",

@@ -34,6 +34,20 @@ class Schedule:
             (self.at(10 * k + 3), self.at(10 * k + 5), "refuse" if k % 2 == 0 else "503") for k in range(6)
         ]
 
+    def down_and_up(
+        self, name: str, outages: list[tuple[float, float, str]], set_mode: Callable[[str], None]
+    ) -> list[tuple[float, str, Callable[[], None]]]:
+        """An injector's actions for a server's outages within the run: into each outage's mode at
+        its start (`refuse`, `503`), back `up` at its end."""
+        actions: list[tuple[float, str, Callable[[], None]]] = []
+        for start, end, mode in outages:
+            if start < self.duration:
+                actions += [
+                    (start, f"{name} {mode}", lambda mode=mode: set_mode(mode)),
+                    (end, f"{name} up", lambda: set_mode("up")),
+                ]
+        return actions
+
     def webhook_downs(self) -> list[tuple[float, float, str]]:
         return [
             (self.at(10 * k + 5), self.at(10 * k + 10), "503" if k % 2 == 0 else "refuse") for k in range(6)
