@@ -31,10 +31,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collector.monitoring.windows import utc_now  # noqa: E402
+from collector.schema.tables import DOCUMENTS, SCORES, STEPS, TRACES  # noqa: E402
+from collector.schema.trace_rows import TraceTables  # noqa: E402
+from collector.schema.windows import utc_now  # noqa: E402
 from collector.store.duckdb_store import DuckDBStore  # noqa: E402
-from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES  # noqa: E402
-from collector.store.trace_rows import TraceTables  # noqa: E402
 from tests.helpers import DEFAULT_SCORE_NAMES, free_port, wait_for  # noqa: E402
 
 NAMES = sorted(DEFAULT_SCORE_NAMES)  # the 13 scores of the default evaluators

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from collector.monitoring.gates import Gate, check_gates  # noqa: E402
 from collector.monitoring.regression import Baseline, RegressionSettings, compare  # noqa: E402
-from collector.monitoring.windows import Window, utc_now  # noqa: E402
+from collector.schema.windows import Window, utc_now  # noqa: E402
 from collector.store.duckdb_store import DuckDBStore  # noqa: E402
 from tests.helpers import DEFAULT_SCORE_NAMES, seed_scores  # noqa: E402
 

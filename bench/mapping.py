@@ -27,7 +27,7 @@ from load_generator import DOC, INTERNAL, build, kv
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from collector.otlp.batch import decode_request
-from collector.store.span_records import records_by_trace, span_records
+from collector.schema.span_records import records_by_trace, span_records
 from semconv import SpanRecord, map_trace
 
 

@@ -41,9 +41,9 @@ from collector.otlp.batch import decode_request
 from collector.processors.config import SamplingConfig
 from collector.processors.mapping_job import MapJob, Scoring, run_map_job
 from collector.processors.scoring import ScoringSetup
+from collector.schema.trace_rows import TraceTables, concat_trace_tables
 from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore
-from collector.store.trace_rows import TraceTables, concat_trace_tables
 
 ROUND = 500  # traces per write, as the assembler's jobs
 

@@ -14,8 +14,8 @@ from starlette.routing import Route
 
 from collector.datasets import DatasetError, cases_table, parse_cases
 from collector.processors.assembly.assembler import TraceAssembler
-from collector.sql import TRUNCATED_HEADER, QueryError, SqlConfig, user_sql
-from collector.store.base import Store
+from collector.store.base import ApiStore
+from collector.store.sql import TRUNCATED_HEADER, QueryError, SqlConfig, user_sql
 from collector.telemetry import Metrics
 
 
@@ -32,7 +32,7 @@ class Api:
 
     def __init__(
         self,
-        store: Store,
+        store: ApiStore,
         metrics: Metrics,
         sql: SqlConfig,
         assembler: TraceAssembler | None = None,

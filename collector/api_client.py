@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import orjson
 
-from collector.sql import TRUNCATED_HEADER
+from collector.store.sql import TRUNCATED_HEADER
 
 # The API key a command sends to a server (`ragpulse --key K` sets it too).
 KEY_ENV = "RAGPULSE_KEY"
@@ -80,7 +80,7 @@ class ApiClient:
         return rows, response.headers.get(TRUNCATED_HEADER) == "true"
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
-        """The rows of one query (a `QueryFn`)."""
+        """The rows of one query (a `collector.store.reads.Query`)."""
         return self.query(sql)[0]
 
     def load_cases(self, cases: Sequence[dict[str, Any]], source: str) -> int:

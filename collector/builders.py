@@ -39,7 +39,6 @@ from collector.probes.runner import ProbeRunner
 from collector.process_memory import MemoryReleaser
 from collector.processors.assembly.assembler import TraceAssembler
 from collector.processors.judging import JudgeHealth, JudgeStage
-from collector.processors.scoring import ScoringSetup
 from collector.processors.slices import slicing
 from collector.processors.spill import SpillDirectory, spill_directory
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
@@ -135,7 +134,7 @@ class JudgeClients(Component):
         pass
 
     def stop(self, deadline: float | None = None) -> None:
-        from evaluators.judge.build import close_judge
+        from collector.judge_setup import close_judge
 
         for client in self._clients:
             close_judge(client)
@@ -152,7 +151,9 @@ def store(parts: Parts) -> list[Component]:
         parts.store, parts.metrics, cfg.store.max_queue_spans, cfg.store.max_commit_spans
     )
     # Slice dimensions' columns before anything reads or writes them (alerts may cut by them).
-    parts.dimensions, parts.caps = slicing(parts.store, cfg.monitoring, time.monotonic())
+    parts.dimensions, parts.caps = slicing(
+        parts.store, cfg.monitoring.dimensions, cfg.monitoring.dimension_rerank_every, time.monotonic()
+    )
     return [StoreCloser(parts.store, sidecar), parts.store_probe, MemoryReleaser()]
 
 
@@ -173,7 +174,7 @@ def monitoring(parts: Parts) -> list[Component]:
         )
         components.append(parts.alert_evaluator)
     if config.canaries is not None:
-        from evaluators.judge.build import open_judge
+        from collector.judge_setup import open_judge
 
         # A client of its own, caches off: a canary must ask the judge every time.
         judge = open_judge(parts.config.judge, check=False, persistent_cache=False, cache_size=0)
@@ -199,7 +200,7 @@ def scoring(parts: Parts) -> list[Component]:
     cfg = parts.config
     if not cfg.assembler.enabled:
         return []
-    setup = parts.scoring = ScoringSetup.of_config(cfg)
+    setup = parts.scoring = cfg.scoring_setup()
     if setup is None:
         return []
     components: list[Component] = []
@@ -210,7 +211,7 @@ def scoring(parts: Parts) -> list[Component]:
         )
         components.append(parts.evaluation_exporter)
     if setup.judge_entries:
-        from evaluators.judge.build import open_judge
+        from collector.judge_setup import open_judge
 
         judge = open_judge(cfg.judge, check=False)
         judge.on_rate_limited = parts.metrics.rate_limit_counter("scoring")
@@ -244,7 +245,7 @@ def assembler(parts: Parts) -> list[Component]:
         scoring=parts.scoring,
         dimensions=parts.dimensions,
         caps=parts.caps,
-        spill=SpillDirectory(spill_directory(cfg)),
+        spill=SpillDirectory(spill_directory(cfg.assembler, cfg.store)),
         mapping=cfg.mapping.options(),
     )
     parts.the_writer.add_listener(parts.assembler.on_commit)

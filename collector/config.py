@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from collector.auth.config import AuthConfig
-from collector.config_base import Section
+from collector.config_base import ConfigError, Section
 from collector.exporters.config import ExportersConfig
 from collector.monitoring.config import MonitoringConfig
 from collector.probes.config import Probes
@@ -31,18 +31,17 @@ from collector.processors.config import (
 )
 from collector.receivers.config import ReceiversConfig
 from collector.receivers.tls import TlsConfig
-from collector.sql import SqlConfig
 from collector.store.config import StoreConfig
+from collector.store.sql import SqlConfig
 from evaluators.embeddings import EmbeddingSettings
 from evaluators.judge.settings import JudgeSettings
 from evaluators.registry import EvaluatorEntry, check_entries
 
+if TYPE_CHECKING:
+    from collector.processors.scoring import ScoringSetup
+
 ENV_PREFIX = "RAGPULSE_"
 DEFAULT_CONFIG_FILE = "ragpulse.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot be used; the message names the offending key path."""
 
 
 class Config(Section):
@@ -74,6 +73,19 @@ class Config(Section):
         if self.evaluators is None:
             return None
         return [entry.as_entry() for entry in self.evaluators]
+
+    def scoring_setup(self) -> ScoringSetup | None:
+        """The online scoring this configuration asks for (None when `scoring.enabled` is false)."""
+        from collector.processors.scoring import ScoringSetup  # the evaluators, loaded when scoring
+
+        if not self.scoring.enabled:
+            return None
+        return ScoringSetup.from_entries(
+            self.evaluator_entries(),
+            self.sampling,
+            judge_configured=bool(self.judge.model),
+            export_events=bool(self.exporters.otlp.endpoint),
+        )
 
     def store_beside_workers(self) -> StoreConfig:
         """`store:` for a process that runs the assembler's mapping workers beside DuckDB: a null

@@ -17,7 +17,7 @@ import pyarrow as pa
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from collector.store.tables import CASES
+from collector.schema.tables import CASES
 
 _NOT_WORD = re.compile(r"[^\w\s]+")
 _SPACE = re.compile(r"\s+")

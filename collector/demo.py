@@ -26,10 +26,11 @@ from collector.api_client import ApiClient, ApiError
 from collector.config import Config
 from collector.server_file import running_server_url
 from collector.service import BackgroundService
-from collector.sql import QueryError
 from collector.store import StoreConfig, StoreError, StoreLocked, open_store
+from collector.store.reads import Query
+from collector.store.reads import demo as reads
+from collector.store.sql import QueryError
 
-QueryFn = Callable[[str], list[dict[str, Any]]]
 DEMO_SERVICE = "shop-assistant"
 
 
@@ -37,45 +38,8 @@ class DemoError(RuntimeError):
     """The demo could not run; the message says why and what to do."""
 
 
-# Each assembled trace with the mode the app put on its root span (`app.mode`).
-_TRACES_WITH_MODE = """
-    roots AS (SELECT DISTINCT trace_id, span_id, attributes->>'app.mode' AS mode FROM spans),
-    t AS (
-        SELECT tr.*, roots.mode
-        FROM traces tr JOIN roots ON roots.trace_id = tr.trace_id AND roots.span_id = tr.root_span_id
-    )"""
-
-SUMMARY_SQL = f"""
-WITH {_TRACES_WITH_MODE},
-    st AS (SELECT trace_id, count(*) AS n FROM steps GROUP BY trace_id),
-    d AS (SELECT trace_id, count(*) AS n FROM documents WHERE stage = 'retrieved' GROUP BY trace_id)
-SELECT t.mode, t.convention, count(*) AS traces,
-       avg(coalesce(st.n, 0)) AS avg_steps,
-       avg(coalesce(d.n, 0)) AS avg_documents,
-       avg(t.input_tokens) AS avg_input_tokens,
-       avg(t.output_tokens) AS avg_output_tokens,
-       avg(t.retrieval_ms) AS avg_retrieval_ms,
-       avg(t.generation_ms) AS avg_generation_ms
-FROM t LEFT JOIN st USING (trace_id) LEFT JOIN d USING (trace_id)
-GROUP BY ALL
-"""
-
-# Expected documents (from the golden cases) that the retrieval step returned.
-EXPECTED_FOUND_SQL = f"""
-WITH {_TRACES_WITH_MODE},
-    expected AS (
-        SELECT trace_id, mode, convention, unnest(CAST(expected_documents AS VARCHAR[])) AS doc_id FROM t
-    ),
-    got AS (SELECT DISTINCT trace_id, doc_id FROM documents WHERE stage = 'retrieved')
-SELECT mode, convention, count(*) AS expected, count(got.doc_id) AS found
-FROM expected LEFT JOIN got USING (trace_id, doc_id)
-GROUP BY ALL
-"""
-
-SAMPLE_SQL = """
-WITH {traces}
-SELECT mode, question, answer FROM t WHERE case_id = '{case_id}' AND convention = 'ragpulse'
-"""
+# The scores the summary shows, per mode and convention.
+DEMO_SCORES = ("retrieval.recall@5", "faithfulness", "context_recall", "answer_correctness")
 
 
 @dataclass(frozen=True)
@@ -111,32 +75,22 @@ SUMMARY_METRICS: list[Metric] = [
 
 # An enricher takes the query function and the summary rows (one per mode and convention), adds
 # its values to the rows under its own keys, and returns the metrics it filled.
-Enricher = Callable[[QueryFn, list[dict[str, Any]]], list[Metric]]
+Enricher = Callable[[Query, list[dict[str, Any]]], list[Metric]]
 
 
-def expected_documents_found(query: QueryFn, rows: list[dict[str, Any]]) -> list[Metric]:
+def expected_documents_found(query: Query, rows: list[dict[str, Any]]) -> list[Metric]:
     """Adds `expected_found` ("found/expected" over a mode's traces), from the golden cases."""
-    counts = {(r["mode"], r["convention"]): r for r in query(EXPECTED_FOUND_SQL)}
+    counts = {(r["mode"], r["convention"]): r for r in query(reads.EXPECTED_FOUND_SQL)}
     for row in rows:
         hit = counts.get((row["mode"], row["convention"]))
         row["expected_found"] = f"{hit['found']}/{hit['expected']}" if hit else None
     return [Metric("expected_found", "expected documents retrieved")]
 
 
-DEMO_SCORES = ("retrieval.recall@5", "faithfulness", "context_recall", "answer_correctness")
-SCORES_SQL = f"""
-WITH {_TRACES_WITH_MODE}
-SELECT t.mode, t.convention, s.name, s.evaluator, avg(s.value) AS mean
-FROM scores s JOIN t USING (trace_id)
-WHERE s.name IN ({", ".join(f"'{name}'" for name in DEMO_SCORES)})
-GROUP BY ALL
-"""
-
-
-def stored_scores(query: QueryFn, rows: list[dict[str, Any]]) -> list[Metric]:
+def stored_scores(query: Query, rows: list[dict[str, Any]]) -> list[Metric]:
     """Adds the mean of a few scores per mode and convention, as the service stored them in `scores`
     (deterministic, or the judge's where a judge is configured)."""
-    means = {(r["mode"], r["convention"], r["name"]): r for r in query(SCORES_SQL)}
+    means = {(r["mode"], r["convention"], r["name"]): r for r in query(reads.scores_sql(DEMO_SCORES))}
     judged = {r["name"] for r in means.values() if r["evaluator"] == "judge"}
     for row in rows:
         for name in DEMO_SCORES:
@@ -152,9 +106,9 @@ def stored_scores(query: QueryFn, rows: list[dict[str, Any]]) -> list[Metric]:
 ENRICHERS: list[Enricher] = [expected_documents_found, stored_scores]
 
 
-def summarise(query: QueryFn) -> list[dict[str, Any]]:
+def summarise(query: Query) -> list[dict[str, Any]]:
     """One row per (mode, convention) from the traces, steps and documents tables."""
-    return query(SUMMARY_SQL)
+    return query(reads.SUMMARY_SQL)
 
 
 def _cell(metric: Metric, values: list[Any]) -> str:
@@ -199,47 +153,10 @@ def summary_table(
     return table
 
 
-SQL_TO_TRY: list[tuple[str, str]] = [
-    (
-        "answers that were not grounded in their documents, and the claim that failed",
-        "SELECT t.question, s.value, s.items->0->>'text' AS unsupported FROM scores s "
-        "JOIN traces t USING (trace_id) WHERE s.name = 'faithfulness' AND s.status = 'fail' LIMIT 5",
-    ),
-    (
-        "pass rate per score and minute",
-        "SELECT bucket, name, n, round(n_pass / nullif(n_pass + n_fail, 0), 2) AS pass_rate "
-        "FROM score_aggregates "
-        "ORDER BY ALL LIMIT 20",
-    ),
-    (
-        "which index each mode searched (document metadata, both conventions)",
-        "SELECT d.metadata->>'index' AS index, t.convention, count(DISTINCT d.trace_id) AS traces "
-        "FROM documents d JOIN traces t USING (trace_id) GROUP BY ALL ORDER BY ALL",
-    ),
-    (
-        "expected documents the retriever missed",
-        "SELECT t.case_id, e.doc_id AS missing FROM traces t, "
-        "unnest(CAST(t.expected_documents AS VARCHAR[])) AS e(doc_id) "
-        "WHERE e.doc_id NOT IN (SELECT doc_id FROM documents d WHERE d.trace_id = t.trace_id) LIMIT 10",
-    ),
-    (
-        "one question across modes and conventions",
-        "SELECT s.attributes->>'app.mode' AS mode, t.convention, t.answer "
-        "FROM traces t JOIN spans s ON s.span_id = t.root_span_id "
-        "WHERE t.case_id = 'warranty-water-damage' ORDER BY ALL",
-    ),
-    (
-        "steps per kind and convention",
-        "SELECT kind, convention, model, round(avg(duration_ms), 2) AS avg_ms, "
-        "sum(input_tokens) AS tokens_in FROM steps GROUP BY ALL ORDER BY ALL",
-    ),
-]
-
-
 def sql_to_try(db: str) -> list[str]:
     """Commands a new user can paste next, against the demo file (a comment line before each)."""
     lines = []
-    for comment, query in SQL_TO_TRY:
+    for comment, query in reads.SQL_TO_TRY:
         lines += [f"# {comment}", f'ragpulse sql "{query}" --db {db}']
     return lines
 
@@ -258,9 +175,7 @@ def prepare_database(db: Path) -> None:
         with store:
             try:
                 others = store.query(
-                    f"SELECT count(*) AS n FROM spans WHERE service_name IS DISTINCT FROM '{DEMO_SERVICE}'",
-                    max_rows=1,
-                    timeout=60,
+                    reads.other_services_spans_sql(DEMO_SERVICE), max_rows=1, timeout=60
                 ).rows[0][0]
             except QueryError:  # no spans table: not a ragpulse file
                 others = None
@@ -295,17 +210,14 @@ def demo_config(config: Config, db: Path) -> Config:
     return demo
 
 
-WAIT_SQL = "SELECT count(*) AS n, count(*) FILTER (judge_status = 'pending') AS judging FROM traces"
-
-
-def wait_for_traces(query: QueryFn, expected: int, timeout: float) -> int:
+def wait_for_traces(query: Query, expected: int, timeout: float) -> int:
     """Poll until `expected` traces are assembled and scored, the judge's scores included (no
     trace left `pending`); DemoError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     count, judging, problem = 0, 0, ""
     while True:
         try:
-            row = query(WAIT_SQL)[0]
+            row = query(reads.WAIT_SQL)[0]
             count, judging, problem = int(row["n"]), int(row["judging"]), ""
         except ApiError as exc:
             problem = f" ({exc})"
@@ -386,8 +298,7 @@ def run_demo(
         metrics = list(SUMMARY_METRICS)
         for enrich in ENRICHERS:
             metrics.extend(enrich(query, rows))
-        sample_case = cases[0].id.replace("'", "''")
-        samples = query(SAMPLE_SQL.format(traces=_TRACES_WITH_MODE, case_id=sample_case))
+        samples = query(reads.sample_answers_sql(cases[0].id))
 
     console.print()
     title = f"Per mode: {len(cases)} questions x {len(CONVENTIONS)} conventions"

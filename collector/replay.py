@@ -30,10 +30,9 @@ from collector.otlp.batch import concat_batches, decode_request
 from collector.otlp.json_request import UndecodableBody, parse_json_request
 from collector.pipeline import IngestPipeline
 from collector.processors.assembly.assembler import TraceAssembler
-from collector.processors.scoring import ScoringSetup
 from collector.processors.slices import slicing
+from collector.schema.span_records import records_by_trace, span_records
 from collector.store import open_store
-from collector.store.span_records import records_by_trace, span_records
 from collector.store.writer import SpanWriter
 from collector.telemetry import Metrics
 from semconv.mapping import map_trace
@@ -223,8 +222,13 @@ def replay_to_store(paths: list[Path], config: Config) -> ReplayReport:
         writer.stop()
         if config.assembler.enabled:
             # Scored like the service would; judge-sampled traces stay pending for `serve` to judge.
-            scoring = ScoringSetup.of_config(config)
-            dimensions, caps = slicing(store, config.monitoring, time.monotonic())
+            scoring = config.scoring_setup()
+            dimensions, caps = slicing(
+                store,
+                config.monitoring.dimensions,
+                config.monitoring.dimension_rerank_every,
+                time.monotonic(),
+            )
             assembler = TraceAssembler(
                 store,
                 config.assembler,

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
-if TYPE_CHECKING:
-    from collector.store.health import StoreHealth
+
+class WatchedHealth(Protocol):
+    """What the metrics read of the store's health (`store/health.py`'s `StoreHealth`)."""
+
+    writable: bool
+    on_failure: Callable[[str], None] | None
 
 
 class Metrics:
@@ -291,7 +295,7 @@ class Metrics:
         """`on_match` for the redactor of `stage`: counts each value redacted, by its kind."""
         return lambda kind: self.redactions.labels(kind, stage).inc()
 
-    def watch_store(self, health: StoreHealth) -> None:
+    def watch_store(self, health: WatchedHealth) -> None:
         """`ragpulse_store_writable` read from the store's health at each scrape, and its failed
         writes counted by component."""
         self.store_writable.set_function(lambda: 1.0 if health.writable else 0.0)

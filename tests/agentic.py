@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collector.otlp.batch import decode_request
-from collector.store.span_records import span_records
+from collector.schema.span_records import span_records
 from evaluators.registry import build_evaluator
 from evaluators.scores import Score
 from semconv import RagTrace, SpanRecord

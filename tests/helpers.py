@@ -43,10 +43,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import Config
 from collector.otlp.batch import SpanBatch, decode_request
+from collector.schema.tables import DOCUMENTS, SCORES, STEPS, TRACES
+from collector.schema.trace_rows import TraceTables
 from collector.server_file import server_file
 from collector.store.base import Store
-from collector.store.tables import DOCUMENTS, SCORES, STEPS, TRACES
-from collector.store.trace_rows import TraceTables
 from semconv import RAG_STEP_KINDS, RagTrace, Step, emit
 
 if TYPE_CHECKING:

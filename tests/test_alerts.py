@@ -17,7 +17,7 @@ import pytest
 from collector.config import ConfigError, load_config
 from collector.monitoring.alerts import AlertSpec, Observation, step
 from collector.monitoring.config import AlertRule
-from collector.monitoring.windows import utc_now
+from collector.schema.windows import utc_now
 from collector.service import BackgroundService, Service
 from collector.store.base import Store
 from collector.store.duckdb_store import DuckDBStore
@@ -421,7 +421,7 @@ def test_a_webhook_that_keeps_failing_neither_crashes_delivery_nor_starves_the_o
     and the next webhook's notification goes out in the same pass."""
     from collector.exporters.webhooks import WebhookNotifier
     from collector.monitoring.config import MonitoringConfig
-    from collector.store.tables import ALERT_EVENTS, ALERT_NOTIFICATIONS, ALERTS
+    from collector.schema.tables import ALERT_EVENTS, ALERT_NOTIFICATIONS, ALERTS
     from collector.telemetry import Metrics
 
     config = MonitoringConfig.model_validate(

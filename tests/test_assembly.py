@@ -41,9 +41,9 @@ from collector.processors.assembly.writing import runs_without_repeats
 from collector.processors.config import AssemblerConfig, SamplingConfig
 from collector.processors.mapping_job import MAP_CHUNK, MapJob, Scoring, run_map_job
 from collector.processors.scoring import ScoringSetup
+from collector.schema.trace_rows import TraceTables
 from collector.service import BackgroundService, Service
 from collector.store.duckdb_store import DuckDBStore
-from collector.store.trace_rows import TraceTables
 from collector.telemetry import Metrics
 from semconv import emit
 from tests.helpers import (

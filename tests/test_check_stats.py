@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.monitoring.regression import Baseline, RegressionSettings, compare, comparison_sql, detect
-from collector.monitoring.scope import Scope
+from collector.monitoring.regression import Baseline, RegressionSettings, compare, detect
 from collector.monitoring.stats import (
     fisher_drop_p,
     holm,
@@ -24,8 +23,10 @@ from collector.monitoring.stats import (
     proportion_drop_p,
     wilson_interval,
 )
-from collector.monitoring.windows import Window, parse_duration
+from collector.schema.scope import Scope
+from collector.schema.windows import Window, parse_duration
 from collector.store.duckdb_store import DuckDBStore
+from collector.store.reads.monitoring import comparison_sql
 from tests.helpers import seed_scores
 
 NOW = datetime(2026, 12, 1, 12, 0)
@@ -118,7 +119,7 @@ def test_sql_rank_sums_give_the_reference_mann_whitney_p(recent: list[float], ba
     rows = [("s", "m", v, "pass", NOW - timedelta(minutes=5), "r", None) for v in recent]
     rows += [("s", "m", v, "pass", NOW - timedelta(days=1, minutes=5), "b", None) for v in base]
     con.executemany("INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-    cursor = con.execute(comparison_sql(window, Baseline(shift=86400), Scope(), None))
+    cursor = con.execute(comparison_sql(window, Scope(), None, shift=86400))
     columns = [d[0] for d in cursor.description]
     (row,) = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
     assert (row["n_recent"], row["n_base"]) == (len(recent), len(base))
@@ -176,7 +177,7 @@ def test_false_alarm_rate_on_healthy_traffic_is_at_most_alpha(tmp_path: Path) ->
         seed_scores(store, buckets, names, values, services)
     strict = RegressionSettings(alpha=alpha, min_effect=0.0, min_samples=20)
     with DuckDBStore(db, read_only=True) as store:
-        rows = store.query(comparison_sql(recent, Baseline(shift=86400), Scope(), None), 10_000, 60).records()
+        rows = store.query(comparison_sql(recent, Scope(), None, shift=86400), 10_000, 60).records()
     by_service: dict[str, list[dict]] = {}
     for row in rows:
         by_service.setdefault(row["service_name"], []).append(row)

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, assume, given, settings
 
 import semconv
 from collector.otlp.batch import decode_request
-from collector.store.span_records import span_records
+from collector.schema.span_records import span_records
 from semconv import SpanRecord, map_trace
 from tests.test_mapper_properties import traces as arbitrary_traces
 

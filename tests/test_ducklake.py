@@ -28,12 +28,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from collector.schema.tables import DOCUMENTS, SCORE_AGGREGATES, SCORES, STEPS, TRACES
 from collector.service import BackgroundService
-from collector.sql import QueryError
 from collector.store import open_store
 from collector.store.config import StoreConfig
 from collector.store.ducklake_store import EXTENSIONS, DuckLakeStore, LakeCoordinator, extension_path
-from collector.store.tables import DOCUMENTS, SCORE_AGGREGATES, SCORES, STEPS, TRACES
+from collector.store.sql import QueryError
 from semconv import emit
 from tests.helpers import (
     DEFAULT_SCORE_NAMES,
@@ -327,7 +327,7 @@ def _score_rows(names: list[str], service: str) -> tuple[pa.Table, pa.Table]:
 
 
 def test_concurrent_writers_keep_aggregates_exact_and_maintenance_folds_them(lake: dict[str, Any]) -> None:
-    from collector.store.trace_rows import TraceTables
+    from collector.schema.trace_rows import TraceTables
 
     writes_per_replica, errors = 15, []
 
@@ -712,8 +712,8 @@ def test_a_lake_keeps_its_data_on_s3_compatible_storage(
 
 
 def test_a_claim_redone_after_a_lost_mark_replaces_the_rows_it_had_stored(lake: dict[str, Any]) -> None:
+    from collector.schema.trace_rows import TraceTables
     from collector.store.duckdb_store import DuckDBStore
-    from collector.store.trace_rows import TraceTables
 
     trace_id = f"{9:032x}"
     row = TRACES.arrow_table({"trace_id": [trace_id], "assembly_count": [1], "span_count": [3]}, 1)
@@ -735,8 +735,8 @@ def test_a_claim_redone_after_a_lost_mark_replaces_the_rows_it_had_stored(lake: 
 
 
 def test_the_leader_adopts_the_judge_work_and_events_of_a_departed_replica(lake: dict[str, Any]) -> None:
-    from collector.store.tables import EVALUATION_OUTBOX
-    from collector.store.trace_rows import TraceTables
+    from collector.schema.tables import EVALUATION_OUTBOX
+    from collector.schema.trace_rows import TraceTables
 
     trace_id, now = f"{11:032x}", datetime(2026, 12, 4, 12, 0)
     traces = TRACES.arrow_table(

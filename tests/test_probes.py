@@ -39,9 +39,9 @@ from collector.probes.runner import (
     tally,
     trace_headers,
 )
+from collector.schema.tables import PROBE_RUNS
 from collector.service import BackgroundService, Service
 from collector.store.duckdb_store import DuckDBStore
-from collector.store.tables import PROBE_RUNS
 from tests.helpers import fast_assembler, free_port, metric, run_ragpulse, sql, wait_for
 from tests.probe_app import ProbeApp
 

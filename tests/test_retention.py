@@ -23,7 +23,6 @@ from opentelemetry.trace import SpanKind
 
 from collector.config import ConfigError, load_config
 from collector.service import BackgroundService, Service
-from collector.sql import QueryError
 from collector.store.base import StorageSize
 from collector.store.duckdb_store import DuckDBStore
 from collector.store.quiet_gate import QuietGate
@@ -35,6 +34,7 @@ from collector.store.retention import (
     traces_over_cap,
     traces_to_delete,
 )
+from collector.store.sql import QueryError
 from semconv import emit, names
 from tests.helpers import (
     fast_assembler,

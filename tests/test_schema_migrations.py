@@ -1,6 +1,6 @@
 """Schema migrations on a real DuckDB file: a database written by an earlier version opens, gains
 what the new version needs, and keeps its rows; the migrated schema is exactly the one that
-`collector/store/tables.py` defines (columns, types, order), which the Arrow schemas share."""
+`collector/schema/tables.py` defines (columns, types, order), which the Arrow schemas share."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pyarrow as pa
 import pytest
 
 from collector.otlp.batch import EVENTS_SCHEMA, SPANS_SCHEMA, empty_batch
+from collector.schema.tables import ALL_TABLES, SPAN_EVENTS, SPANS, TRACES
 from collector.store.duckdb_store import DuckDBStore, schema_version
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS, add_columns
-from collector.store.tables import ALL_TABLES, SPAN_EVENTS, SPANS, TRACES
+from collector.store.schema_sql import create_table_sql
 
 
 def file_at(path: Path, version: int) -> duckdb.DuckDBPyConnection:
@@ -169,11 +170,11 @@ def test_migrations_build_exactly_the_defined_tables(tmp_path: Path) -> None:
 
 
 def test_the_definitions_create_the_same_tables_as_the_migrations(tmp_path: Path) -> None:
-    # `create_sql` (a fresh table from the definition) and the migration path agree.
+    # `create_table_sql` (a fresh table from the definition) and the migration path agree.
     con = duckdb.connect(str(tmp_path / "fresh.duckdb"))
     try:
         for table in ALL_TABLES:
-            con.execute(table.create_sql())
+            con.execute(create_table_sql(table))
             assert _columns(con, table.name) == [(c.name, c.sql_type) for c in table.columns]
     finally:
         con.close()

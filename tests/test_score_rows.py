@@ -17,9 +17,9 @@ from typing import Any
 import pyarrow as pa
 
 from collector.processors.scoring import evaluated_span, score_rows
+from collector.schema.tables import MAX_EVENT_ITEMS, MAX_EVENT_TEXT
+from collector.schema.trace_rows import AssembledTrace, TraceTables, trace_tables
 from collector.store.duckdb_store import DuckDBStore
-from collector.store.tables import MAX_EVENT_ITEMS, MAX_EVENT_TEXT
-from collector.store.trace_rows import AssembledTrace, TraceTables, trace_tables
 from evaluators.scores import Score, score_item
 from semconv.models import RagTrace, Step
 

@@ -15,13 +15,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from collector.datasets import read_cases
 from collector.otlp.batch import decode_request
+from collector.schema.span_records import span_records
 from collector.service import BackgroundService
 from collector.shop_assistant import CASES_FILE, Case, ShopAssistant, load_cases
 from collector.shop_assistant.knowledge import POLICY_INDEX, WRONG_INDEX, load_indexes
 from collector.shop_assistant.llm import NOT_FOUND, ComposerLLM
 from collector.shop_assistant.retriever import Bm25Retriever
 from collector.shop_assistant.text import sentences
-from collector.store.span_records import span_records
 from semconv import RagTrace, map_trace
 from tests.helpers import REPO, doc_tuples, fast_assembler, free_port, make_config, one_step, sql, wait_for
 

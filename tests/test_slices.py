@@ -21,12 +21,13 @@ from pydantic import ValidationError
 from collector.config import Config
 from collector.monitoring.alerts import observe
 from collector.monitoring.config import AlertRule, MonitoringConfig
-from collector.monitoring.scope import Scope, parse_slices
-from collector.monitoring.windows import utc_now
 from collector.processors.slices import Dimension, DimensionCap, trace_slices
+from collector.schema.scope import Scope, parse_slices
+from collector.schema.trace_rows import OTHER
+from collector.schema.windows import utc_now
 from collector.service import BackgroundService, Service
 from collector.store.duckdb_store import DuckDBStore
-from collector.store.trace_rows import OTHER
+from collector.store.reads.predicates import scope_sql
 from semconv import SpanRecord
 from tests.helpers import (
     emit_topic_request,
@@ -82,14 +83,14 @@ def test_the_cap_admits_values_while_there_is_room_and_reranks_by_traffic() -> N
 
 
 def test_scopes_keep_probe_traffic_apart_and_quote_dimensions() -> None:
-    assert Scope().sql() == "probe IS NULL"
+    assert scope_sql(Scope()) == "probe IS NULL"
     scope = Scope.of("shop-bot", "golden", parse_slices(["category=refunds", "version=(none)"]))
-    assert scope.sql("a") == (
+    assert scope_sql(scope, "a") == (
         "a.probe = 'golden' AND a.service_name = 'shop-bot' AND a.\"category\" = 'refunds' "
         'AND a."version" IS NULL'
     )
     assert scope.slice_label == "category=refunds, version=(none)"
-    assert Scope().with_slice("category", "it's").sql() == "probe IS NULL AND \"category\" = 'it''s'"
+    assert scope_sql(Scope().with_slice("category", "it's")) == "probe IS NULL AND \"category\" = 'it''s'"
     with pytest.raises(ValueError, match="not a dimension name"):
         parse_slices(['cat" OR 1=1 --=x'])
     with pytest.raises(ValueError, match="DIMENSION=VALUE"):

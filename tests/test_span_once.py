@@ -24,18 +24,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collector.replay import replay_to_server, replay_to_store
+from collector.schema.span_records import first_copies, repeats_only
+from collector.schema.tables import SPAN_KEY, SPANS
 from collector.service import BackgroundService, Service
 from collector.store import open_store
 from collector.store.config import StoreConfig
 from collector.store.duckdb_store import DuckDBStore
 from collector.store.migrations import LATEST_VERSION
-from collector.store.span_records import first_copies, repeats_only
-from collector.store.tables import (
-    EVERY_RECEIVED_EVENT,
-    SPAN_KEY,
-    SPANS,
-    span_events_view,
-)
+from collector.store.schema_sql import EVERY_RECEIVED_EVENT, span_events_view
 from tests.helpers import (
     DEFAULT_SCORE_NAMES,
     emit_rag_request,

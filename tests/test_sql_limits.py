@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from collector import sql as sql_module
 from collector.service import BackgroundService, Service
-from collector.sql import QueryError, SqlConfig, parse_bytes, run_query, to_jsonable, user_sql
+from collector.store.sql import QueryError, SqlConfig, parse_bytes, run_query, to_jsonable, user_sql
 from tests.helpers import make_config, post_otlp, run_ragpulse, sql, trace_request_json, wait_for
 from tests.postgres import PostgresServer
 

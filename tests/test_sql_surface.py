@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from collector.service import BackgroundService, Service
-from collector.sql import QueryError, check_read_only, run_query
 from collector.store import ReadOnlyStore, StoreError
 from collector.store.duckdb_store import DuckDBStore, connect
+from collector.store.sql import QueryError, check_read_only, run_query
 from tests.helpers import make_config, post_otlp, sql, trace_request_json
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from collector.config import ConfigError, load_config
-from evaluators.judge import DuckDBVerdictStore, JudgeClient, JudgeSettings, VerdictStoreError
+from collector.store.verdicts import DuckDBVerdictStore, VerdictStoreError
+from evaluators.judge import JudgeClient, JudgeSettings
 from tests.helpers import clean_env, file_execute, run_ragpulse
 from tests.judging import GOOD, Verdict, messages
 from tests.judging import settings as _settings

@@ -15,7 +15,7 @@ from collector.config import ConfigError, load_config
 from collector.dashboard.data import BadParameter, DashboardData
 from collector.monitoring.config import MonitoringConfig
 from collector.monitoring.evaluator import AlertBook, AlertEvaluator
-from collector.monitoring.windows import Window
+from collector.schema.windows import Window
 from collector.store.duckdb_store import DuckDBStore
 from collector.telemetry import Metrics
 from tests.helpers import run_ragpulse, seed_scores

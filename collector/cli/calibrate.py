@@ -53,8 +53,8 @@ def calibrate(
     Every run asks the judge: the in-memory cache is off (cache_size 0) and judge.verdict_store is
     not used either, so calibration measures the model, never verdicts remembered from earlier runs.
     """
+    from collector.judge_setup import close_judge, open_judge
     from evaluators.calibration import load_calibration, run_calibration, tag_counts
-    from evaluators.judge import close_judge, open_judge
     from evaluators.registry import build_evaluator
 
     config = load(ctx, config_path)

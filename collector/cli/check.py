@@ -25,8 +25,9 @@ from collector.monitoring.gates import (
     check_gates_by,
 )
 from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
-from collector.monitoring.scope import Scope, check_dimension, parse_slices, slice_values
-from collector.monitoring.windows import Window, parse_duration, parse_time, parse_window, utc_now
+from collector.schema.scope import Scope, check_dimension, parse_slices
+from collector.schema.windows import Window, parse_duration, parse_time, parse_window, utc_now
+from collector.store.reads.slices import slice_values
 
 EXIT_PASS, EXIT_FAIL, EXIT_INSUFFICIENT = 0, 1, 2
 # Wide enough for score names and services without folding, in a terminal or a CI log.

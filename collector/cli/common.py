@@ -16,8 +16,8 @@ from collector.config import Config, ConfigError, load_config
 from collector.datasets import DatasetError
 from collector.replay import ReplayError
 from collector.server_file import running_server_url
-from collector.sql import QueryError
 from collector.store import StoreError, StoreLocked, open_store
+from collector.store.sql import QueryError
 from evaluators.embeddings import EmbeddingError
 from evaluators.suite import SuiteError
 
@@ -55,7 +55,8 @@ def user_errors(func: F) -> F:
 @contextlib.contextmanager
 def judge_errors() -> Iterator[None]:
     """A judge that cannot be set up or fails its pre-run check ends the command with one line."""
-    from evaluators.judge import JudgeCheckError, JudgeSetupError
+    from collector.judge_setup import JudgeSetupError
+    from evaluators.judge import JudgeCheckError
 
     try:
         yield

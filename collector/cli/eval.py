@@ -77,8 +77,8 @@ def eval_suite(
     Evaluators: the suite's (or a case's) `evaluators:`, else the config's `evaluators:`, else the
     default set. Snapshot changes are listed for review and never fail the run.
     """
+    from collector.judge_setup import close_judge, open_judge
     from collector.replay import read_trace
-    from evaluators.judge import close_judge, open_judge
     from evaluators.suite import compare, junit_xml, load_suite, read_baseline, results_json
 
     config = load(ctx, config_path)

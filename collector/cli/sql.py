@@ -6,7 +6,7 @@ import click
 
 from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_records
-from collector.sql import user_sql
+from collector.store.sql import user_sql
 
 
 @click.command()

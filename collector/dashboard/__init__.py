@@ -1,1 +1,2 @@
-"""The dashboard: its read-only JSON API (`api.py`) and the queries behind it (`queries.py`)."""
+"""The dashboard: its read-only JSON API (`api.py`) over what it shows (`data.py`, whose reads are
+`collector/store/reads/dashboard.py`)."""

@@ -28,7 +28,7 @@ from starlette.routing import Route
 from collector.api import OrjsonResponse
 from collector.dashboard.data import BadParameter, DashboardData, Params
 from collector.probes.report import UnknownRun
-from collector.sql import QueryError
+from collector.store.sql import QueryError
 
 Answer = tuple[dict[str, Any], int]
 

@@ -10,19 +10,22 @@ strings (a query string) and are validated here; a bad one raises `BadParameter`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from collector.config import Config
-from collector.dashboard import queries
-from collector.dashboard.queries import MAX_PAGE, SORT_KEYS, TraceFilter
+from collector.dashboard.charts import bucket_seconds, bucket_starts
 from collector.monitoring.regression import Baseline, RegressionSettings, compare
-from collector.monitoring.scope import Scope, parse_slices
-from collector.monitoring.windows import Window, check_window, parse_duration, parse_time, utc_now
 from collector.probes import report as probe_report
+from collector.schema.scope import Scope, parse_slices
+from collector.schema.windows import Window, check_window, parse_duration, parse_time, utc_now
+from collector.store.reads import Query
+from collector.store.reads import dashboard as reads
+from collector.store.reads.dashboard import SORT_KEYS, TraceFilter
 
-Rows = Callable[[str], list[dict[str, Any]]]
+# The most traces one page lists.
+MAX_PAGE = 500
 Params = Mapping[str, str]
 
 
@@ -50,7 +53,7 @@ class DashboardData:
 
     def __init__(
         self,
-        rows: Rows,
+        rows: Query,
         prices: JudgePrices | None = None,
         regression: RegressionSettings | None = None,
         dimensions: Sequence[str] = (),
@@ -65,9 +68,9 @@ class DashboardData:
         window = window_of(params)
         scope = scope_of(params, self._dimensions)
         by = _dimension(params, "by", self._dimensions)
-        step = queries.bucket_seconds(window)
-        (totals,) = self._rows(queries.totals_sql(window, scope))
-        (judge,) = self._rows(queries.judge_usage_sql(window, scope))
+        step = bucket_seconds(window)
+        (totals,) = self._rows(reads.totals_sql(window, scope))
+        (judge,) = self._rows(reads.judge_usage_sql(window, scope))
         judge["cost_usd"] = self._prices.cost(int(judge["input_tokens"]), int(judge["output_tokens"]))
         found = {
             "window": window.describe(),
@@ -76,22 +79,22 @@ class DashboardData:
             "slice": scope.slice_label,
             "by": by,
             "dimensions": {
-                name: [r["value"] for r in self._rows(queries.dimension_values_sql(window, scope, name))]
+                name: [r["value"] for r in self._rows(reads.dimension_values_sql(window, scope, name))]
                 for name in self._dimensions
             },
             "bucket_seconds": step,
-            "buckets": queries.bucket_starts(window, step),
+            "buckets": bucket_starts(window, step),
             "totals": totals,
-            "scores": self._rows(queries.score_summary_sql(window, scope)),
-            "score_series": self._rows(queries.score_series_sql(window, scope, step)),
-            "traffic": self._rows(queries.traffic_series_sql(window, scope, step)),
-            "services": self._rows(queries.services_sql(window, scope)),
+            "scores": self._rows(reads.score_summary_sql(window, scope)),
+            "score_series": self._rows(reads.score_series_sql(window, scope, step)),
+            "traffic": self._rows(reads.traffic_series_sql(window, scope, step)),
+            "services": self._rows(reads.services_sql(window, scope)),
             "judge": judge,
-            "firing_alerts": self._rows(queries.FIRING_ALERTS_SQL),
+            "firing_alerts": self._rows(reads.FIRING_ALERTS_SQL),
         }
         if by is not None:
-            found["slice_scores"] = self._rows(queries.score_summary_sql(window, scope, by))
-            found["slice_series"] = self._rows(queries.score_series_sql(window, scope, step, by))
+            found["slice_scores"] = self._rows(reads.score_summary_sql(window, scope, by))
+            found["slice_series"] = self._rows(reads.score_series_sql(window, scope, step, by))
         return found
 
     def regressions(self, params: Params) -> dict[str, Any]:
@@ -115,13 +118,13 @@ class DashboardData:
     def traces(self, params: Params) -> dict[str, Any]:
         """One page of traces, filtered and sorted, with the number the filters match."""
         f = trace_filter(params, self._dimensions)
-        traces = self._rows(queries.trace_page_sql(f))
+        traces = self._rows(reads.trace_page_sql(f))
         if f.filters_scores and traces:
             total = traces[0]["total"]
             for trace in traces:
                 del trace["total"]
         else:  # cheap without a filter on scores, and the only way past the last page
-            total = self._rows(queries.trace_count_sql(f))[0]["total"]
+            total = self._rows(reads.trace_count_sql(f))[0]["total"]
         return {
             "window": f.window.describe(),
             "total": total,
@@ -135,25 +138,25 @@ class DashboardData:
         trace_id = trace_id.lower()
         if not (0 < len(trace_id) <= 64 and all(c in "0123456789abcdef" for c in trace_id)):
             raise BadParameter("trace_id: a hex trace id")
-        found = self._rows(queries.trace_sql(trace_id))
+        found = self._rows(reads.trace_sql(trace_id))
         if not found:
             return None
         trace = found[0]
-        documents = self._rows(queries.documents_sql(trace_id))
+        documents = self._rows(reads.documents_sql(trace_id))
         return {
             "trace": trace,
-            "spans": self._rows(queries.spans_sql(trace_id)),
-            "steps": self._rows(queries.steps_sql(trace_id)),
-            "documents": queries.mark_expected(documents, trace.get("expected_documents")),
-            "scores": self._rows(queries.scores_sql(trace_id)),
+            "spans": self._rows(reads.spans_sql(trace_id)),
+            "steps": self._rows(reads.steps_sql(trace_id)),
+            "documents": mark_expected(documents, trace.get("expected_documents")),
+            "scores": self._rows(reads.scores_sql(trace_id)),
         }
 
     def alerts(self) -> dict[str, Any]:
         """Alert states, their latest events, and judge canary runs."""
         return {
-            "alerts": self._rows(queries.ALERTS_SQL),
-            "events": self._rows(queries.ALERT_EVENTS_SQL),
-            "canary_runs": self._rows(queries.CANARY_RUNS_SQL),
+            "alerts": self._rows(reads.ALERTS_SQL),
+            "events": self._rows(reads.ALERT_EVENTS_SQL),
+            "canary_runs": self._rows(reads.CANARY_RUNS_SQL),
         }
 
     def probe_runs(self, params: Params) -> dict[str, Any]:
@@ -282,7 +285,7 @@ def _integer(params: Params, name: str, default: int, low: int, high: int) -> in
     return value
 
 
-def dashboard_data(rows: Rows, config: Config) -> DashboardData:
+def dashboard_data(rows: Query, config: Config) -> DashboardData:
     """The dashboard over `rows`, with the judge's prices and the regression settings of `config`."""
     judge, monitoring = config.judge, config.monitoring
     return DashboardData(
@@ -291,3 +294,9 @@ def dashboard_data(rows: Rows, config: Config) -> DashboardData:
         RegressionSettings(monitoring.alpha, monitoring.min_effect, monitoring.min_samples),
         [d.name for d in monitoring.dimensions],
     )
+
+
+def mark_expected(documents: list[dict[str, Any]], expected: list[str] | None) -> list[dict[str, Any]]:
+    """Each document with `expected`: whether its id is one the trace expected (None: no expectation)."""
+    wanted = None if expected is None else set(expected)
+    return [{**d, "expected": None if wanted is None else d["doc_id"] in wanted} for d in documents]

@@ -31,7 +31,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from collector.background import BackgroundWorker
 from collector.exporters.config import ExportersConfig, OtlpExporterConfig
-from collector.store.base import Store
+from collector.store.base import EvaluationOutbox
 from collector.store.health import log_failure
 from collector.telemetry import Metrics
 
@@ -122,7 +122,7 @@ class EvaluationExporter(BackgroundWorker):
 
     def __init__(
         self,
-        store: Store,
+        store: EvaluationOutbox,
         config: ExportersConfig,
         metrics: Metrics,
         exporter: SpanExporter | None = None,

@@ -20,8 +20,8 @@ import orjson
 
 from collector.background import BackgroundWorker
 from collector.monitoring.config import MonitoringConfig, WebhookConfig
-from collector.monitoring.windows import utc_now
-from collector.store.base import Store
+from collector.schema.windows import utc_now
+from collector.store.base import AlertLog
 from collector.store.health import log_failure
 from collector.telemetry import Metrics
 
@@ -35,7 +35,7 @@ class WebhookNotifier(BackgroundWorker):
 
     def __init__(
         self,
-        store: Store,
+        store: AlertLog,
         config: MonitoringConfig,
         metrics: Metrics,
         clock: Callable[[], datetime] = utc_now,

@@ -19,10 +19,13 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from collector.monitoring.config import AlertRule, MonitoringConfig
-from collector.monitoring.gates import Gate, GateKind, Query, check_gates
+from collector.monitoring.gates import Gate, GateKind, check_gates
 from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
-from collector.monitoring.scope import Scope, slice_values
-from collector.monitoring.windows import Window, sql_string
+from collector.schema.scope import Scope
+from collector.schema.windows import Window
+from collector.store.reads import Query
+from collector.store.reads.monitoring import latest_probe_run_sql
+from collector.store.reads.slices import slice_values
 
 ObservationStatus = Literal["firing", "ok", "insufficient"]
 _CONDITIONS: tuple[GateKind, ...] = ("min", "min_pass_rate", "max_error_rate")
@@ -197,10 +200,7 @@ def _regression_observation(service: str | None, comparisons: list[Comparison]) 
 def _probe_run_observation(rule: AlertRule, query: Query) -> Observation:
     """The probe's latest finished run against the rule's bound (no run yet: insufficient)."""
     assert rule.probe is not None
-    rows = query(
-        "SELECT run_id, cases, answered, errors, missing_traces FROM probe_runs "
-        f"WHERE probe = {sql_string(rule.probe)} AND status = 'done' ORDER BY finished_at DESC LIMIT 1"
-    )
+    rows = query(latest_probe_run_sql(rule.probe))
     if not rows:
         return Observation(None, "insufficient", None, 0, f"no finished run of probe {rule.probe}")
     run = rows[0]

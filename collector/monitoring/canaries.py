@@ -29,15 +29,15 @@ from typing import Any
 import orjson
 
 from collector.background import BackgroundWorker
-from collector.config import ConfigError
+from collector.config_base import ConfigError
 from collector.monitoring.alerts import AlertSpec, Observation
 from collector.monitoring.config import CanaryConfig
 from collector.monitoring.evaluator import AlertBook
-from collector.monitoring.windows import utc_now
 from collector.processors.sampler import JudgeBudget
-from collector.store.base import Store
+from collector.schema.tables import CANARY_RUNS
+from collector.schema.windows import utc_now
+from collector.store.base import AlertLog
 from collector.store.health import log_failure
-from collector.store.tables import CANARY_RUNS
 from collector.telemetry import Metrics
 from evaluators.calibration import CalibrationCase, CalibrationSet, load_calibration
 from evaluators.parallel import map_in_order
@@ -125,7 +125,7 @@ class CanaryRunner(BackgroundWorker):
 
     def __init__(
         self,
-        store: Store,
+        store: AlertLog,
         config: CanaryConfig,
         judge_model: str,
         build: Callable[[Mapping[str, Any]], Evaluator],

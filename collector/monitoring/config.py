@@ -8,7 +8,7 @@ from typing import Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from collector.config_base import Section
-from collector.monitoring.windows import check_window
+from collector.schema.windows import check_window
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -123,7 +123,7 @@ class DimensionConfig(Section):
     def _one_source(self) -> Self:
         if (self.attribute is None) == (self.resource is None):
             raise ValueError("a dimension reads exactly one of attribute or resource")
-        from collector.store.tables import SCORE_AGGREGATES, SCORES, TRACES
+        from collector.schema.tables import SCORE_AGGREGATES, SCORES, TRACES
 
         taken = {*TRACES.column_names, *SCORES.column_names, *SCORE_AGGREGATES.column_names}
         if self.name in taken:

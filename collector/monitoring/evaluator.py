@@ -28,10 +28,10 @@ from collector.monitoring.alerts import (
     step,
 )
 from collector.monitoring.config import MonitoringConfig
-from collector.monitoring.windows import utc_now
-from collector.store.base import Store
+from collector.schema.tables import ALERT_EVENTS, ALERT_NOTIFICATIONS, ALERTS, Table
+from collector.schema.windows import utc_now
+from collector.store.base import AlertLog
 from collector.store.health import log_failure
-from collector.store.tables import ALERT_EVENTS, ALERT_NOTIFICATIONS, ALERTS, Table
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class AlertBook:
 
     def __init__(
         self,
-        store: Store,
+        store: AlertLog,
         config: MonitoringConfig,
         metrics: Metrics,
         on_notifications: Callable[[], None] | None = None,
@@ -116,7 +116,7 @@ class AlertEvaluator(BackgroundWorker):
 
     def __init__(
         self,
-        store: Store,
+        store: AlertLog,
         config: MonitoringConfig,
         metrics: Metrics,
         book: AlertBook,

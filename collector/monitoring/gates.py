@@ -13,16 +13,17 @@ beside it to show how firm the figure is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from collector.monitoring.scope import Scope, slice_values
 from collector.monitoring.stats import Interval, mean_interval, wilson_interval
-from collector.monitoring.windows import Window, sql_string
+from collector.schema.scope import Scope
+from collector.schema.windows import Window
+from collector.store.reads import Query
+from collector.store.reads.monitoring import counts_sql
+from collector.store.reads.slices import slice_values
 
-# Runs one read-only SQL query, returns its rows (through a server's API or on a file).
-Query = Callable[[str], list[dict[str, Any]]]
 GateKind = Literal["min", "min_pass_rate", "max_error_rate"]
 GateStatus = Literal["pass", "fail", "insufficient"]
 # Float noise only: a mean of exactly the threshold holds.
@@ -116,21 +117,6 @@ class GateReport:
     window: Window
     scope: Scope
     results: list[GateResult] = field(default_factory=list)
-
-
-def counts_sql(window: Window, scope: Scope, names: Iterable[str] | None = None) -> str:
-    """Counts per score name over the window and scope, from `score_aggregates` (a row per minute,
-    service, name, probe and slice, so a day is about 1,440 rows per name and slice, whatever the
-    traffic)."""
-    where = [window.sql("bucket"), scope.sql()]
-    if names is not None:
-        where.append("name IN (" + ", ".join(sql_string(n) for n in sorted(set(names))) + ")")
-    return (
-        "SELECT name, sum(n) AS n, sum(n_pass) AS n_pass, sum(n_fail) AS n_fail, "
-        "sum(n_error) AS n_error, sum(n_skipped) AS n_skipped, "
-        "coalesce(sum(sum), 0) AS total, coalesce(sum(sum_sq), 0) AS total_sq "
-        "FROM score_aggregates WHERE " + " AND ".join(where) + " GROUP BY name ORDER BY name"
-    )
 
 
 def read_counts(

@@ -23,10 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from collector.monitoring.gates import Query
-from collector.monitoring.scope import Scope
 from collector.monitoring.stats import holm, mann_whitney_drop_p, proportion_drop_p
-from collector.monitoring.windows import Window, sql_string
+from collector.schema.scope import Scope
+from collector.schema.windows import Window
+from collector.store.reads import Query
+from collector.store.reads.monitoring import comparison_sql
 
 Metric = Literal["mean", "pass_rate"]
 ComparisonStatus = Literal["regressed", "ok", "insufficient"]
@@ -92,68 +93,6 @@ class Comparison:
         }
 
 
-def _version_traces(version: str, negate: bool = False) -> str:
-    """Trace ids whose root span's resource has (or, negated, has not) this `service.version`."""
-    compare = "IS DISTINCT FROM" if negate else "="
-    return (
-        # The stored rows, not the `spans` view: a copy of a root names the same trace, and the
-        # view's search for copies would cost more than the question.
-        "SELECT DISTINCT trace_id FROM received_spans WHERE parent_span_id IS NULL AND "
-        f"json_extract_string(resource_attributes, '$.\"service.version\"') {compare} {sql_string(version)}"
-    )
-
-
-def comparison_sql(recent: Window, baseline: Baseline, scope: Scope, names: Sequence[str] | None) -> str:
-    """Per (service, score name): both windows' counts, pass counts, value sums, and the recent
-    values' rank sum and tie term in the pooled values (Mann-Whitney)."""
-    if baseline.version is not None:
-        recent_traces = (
-            _version_traces(baseline.recent_version)
-            if baseline.recent_version is not None
-            else _version_traces(baseline.version, negate=True)
-        )
-        in_recent = f"({recent.sql()} AND trace_id IN ({recent_traces}))"
-        in_baseline = f"trace_id IN ({_version_traces(baseline.version)})"
-    else:
-        assert baseline.shift is not None
-        in_recent = recent.sql()
-        in_baseline = recent.before(baseline.shift).sql()
-    where = [f"({in_recent} OR {in_baseline})", "status <> 'skipped'", scope.sql()]
-    if names:
-        where.append("name IN (" + ", ".join(sql_string(n) for n in sorted(set(names))) + ")")
-    return f"""
-WITH v AS (
-    SELECT service_name, name, value, status, {in_recent} AS recent FROM scores
-    WHERE {" AND ".join(where)}
-),
-rates AS (
-    SELECT service_name, name,
-        count(*) FILTER (recent) AS applied_recent, count(*) FILTER (NOT recent) AS applied_base,
-        count(*) FILTER (recent AND status = 'pass') AS pass_recent,
-        count(*) FILTER (NOT recent AND status = 'pass') AS pass_base
-    FROM v GROUP BY ALL
-),
-tied AS (
-    SELECT service_name, name, value,
-        count(*) FILTER (recent) AS r, count(*) FILTER (NOT recent) AS b
-    FROM v WHERE value IS NOT NULL GROUP BY ALL
-),
-ranked AS (
-    SELECT *, sum(r + b) OVER (
-        PARTITION BY service_name, name ORDER BY value ROWS UNBOUNDED PRECEDING) - (r + b) AS below
-    FROM tied
-),
-ranks AS (
-    SELECT service_name, name, sum(r) AS n_recent, sum(b) AS n_base,
-        sum(r * (below + (r + b + 1) / 2.0)) AS rank_sum_recent,
-        sum(CAST(r + b AS DOUBLE) ** 3 - (r + b)) AS tie_term,
-        sum(r * value) AS sum_recent, sum(b * value) AS sum_base
-    FROM ranked GROUP BY ALL
-)
-SELECT * FROM rates LEFT JOIN ranks USING (service_name, name) ORDER BY service_name, name
-"""
-
-
 def compare(
     query: Query,
     recent: Window,
@@ -164,7 +103,9 @@ def compare(
 ) -> list[Comparison]:
     """Every comparison of the run (per service and score, within the scope), tested and corrected
     (`detect`)."""
-    rows = query(comparison_sql(recent, baseline, scope, names))
+    rows = query(
+        comparison_sql(recent, scope, names, baseline.shift, baseline.version, baseline.recent_version)
+    )
     return detect(rows, settings)
 
 

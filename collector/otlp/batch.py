@@ -10,18 +10,26 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 import pyarrow as pa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from collector.store.tables import SPAN_EVENTS, SPANS
+from collector.schema.tables import SPAN_EVENTS, SPANS
 
-if TYPE_CHECKING:
-    from collector.processors.redaction import Redactor
+
+class Redactor(Protocol):
+    """What the decoders need of the ingest redactor (`processors/redaction.py`): one text, and the
+    attribute maps of a whole export redacted in place."""
+
+    def redact(self, text: str) -> str: ...
+
+    def redact_dicts(self, attributes: Iterable[dict[str, Any]]) -> None: ...
+
 
 MAX_ATTRIBUTE_DEPTH = 32
 MAX_REPORTED_ERRORS = 5

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -26,6 +26,7 @@ from collector.otlp.batch import (
     EVENTS_SCHEMA,
     MAX_REPORTED_ERRORS,
     SPANS_SCHEMA,
+    Redactor,
     SpanBatch,
     SpanRejected,
     _check_id,
@@ -34,9 +35,6 @@ from collector.otlp.batch import (
     attributes_dict,
     json_column,
 )
-
-if TYPE_CHECKING:
-    from collector.processors.redaction import Redactor
 
 EVENT_NAME_ATTRIBUTE = "event.name"
 BODY_ATTRIBUTE = "body"  # where semconv.mappers.genai looks for an event's body

@@ -47,13 +47,14 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from collector.background import BackgroundWorker
 from collector.datasets import DatasetError, cases_table, read_cases
 from collector.lifecycle import remaining
-from collector.monitoring.windows import sql_string, utc_now
 from collector.pipeline import IngestPipeline, Overloaded, Stopped
 from collector.probes.config import ProbeConfig
-from collector.sql import QueryError
-from collector.store.base import Store
+from collector.schema.tables import PROBE_RUNS
+from collector.schema.windows import utc_now
+from collector.store.base import ProbeRuns
 from collector.store.health import log_failure
-from collector.store.tables import PROBE_RUNS
+from collector.store.reads import probes as reads
+from collector.store.sql import QueryError
 from collector.telemetry import Metrics
 from semconv import names
 
@@ -356,14 +357,6 @@ def due_probes(next_due: Mapping[str, datetime], now: datetime, running: Collect
     return [name for name, due in next_due.items() if due <= now and name not in running]
 
 
-def _ids_sql(ids: Iterable[str]) -> str:
-    return ", ".join(sql_string(i) for i in ids) or "NULL"
-
-
-def _timestamp_sql(moment: datetime) -> str:
-    return f"TIMESTAMP '{moment.isoformat(sep=' ')}'"
-
-
 # --------------------------------------------------------------------------- the runner
 
 
@@ -372,7 +365,7 @@ class ProbeRunner(BackgroundWorker):
 
     def __init__(
         self,
-        store: Store,
+        store: ProbeRuns,
         probes: Sequence[ProbeConfig],
         pipeline: IngestPipeline,
         metrics: Metrics,
@@ -554,7 +547,7 @@ class ProbeRunner(BackgroundWorker):
                 if self._on_cases is not None:
                     self._on_cases()
         else:
-            rows = self._query(f"SELECT case_id, question FROM cases ORDER BY case_id LIMIT {_MAX_CASES}")
+            rows = self._query(reads.cases_sql(_MAX_CASES))
             cases = [ProbeCase(str(r["case_id"]), str(r["question"])) for r in rows if r["question"]]
             where = "the store (no cases loaded: ragpulse datasets load)"
         if not cases:
@@ -635,30 +628,19 @@ class ProbeRunner(BackgroundWorker):
             if remaining <= 0 or self._stopping.wait(min(self._poll, remaining)):
                 return own, by_question, False
 
-    _TRACE_COLUMNS = (
-        "t.trace_id, t.case_id, t.start_time, t.span_count, t.sample_decision, t.judge_status, "
-        "(SELECT count(*) FROM scores s WHERE s.trace_id = t.trace_id) AS n_scores"
-    )
-
     def _look(
         self, started: datetime, results: Sequence[ProbeResult]
     ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
         ids = [r.trace_id for r in results if r.sent]
-        own = self._query(f"SELECT {self._TRACE_COLUMNS} FROM traces t WHERE t.trace_id IN ({_ids_sql(ids)})")
-        cases = {r.case_id for r in results if r.sent}
-        found = self._query(
-            f"SELECT {self._TRACE_COLUMNS} FROM traces t WHERE t.case_match = 'question' "
-            f"AND t.case_id IN ({_ids_sql(cases)}) AND t.start_time >= {_timestamp_sql(started)} "
-            "ORDER BY t.start_time"
-        )
+        own = self._query(reads.sent_traces_sql(ids))
+        cases = sorted({r.case_id for r in results if r.sent})
+        found = self._query(reads.case_traces_sql(cases, started))
         return {r["trace_id"]: r for r in own}, {r["trace_id"]: r for r in found}
 
     def _scores(self, trace_ids: Sequence[str]) -> list[dict[str, Any]]:
         if not trace_ids:
             return []
-        return self._query(
-            f"SELECT name, value, status FROM scores WHERE trace_id IN ({_ids_sql(trace_ids)})"
-        )
+        return self._query(reads.trace_scores_sql(trace_ids))
 
     def _query(self, sql: str) -> list[dict[str, Any]]:
         try:

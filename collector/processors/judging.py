@@ -32,9 +32,9 @@ from collector.processors.config import ScoringConfig
 from collector.processors.redaction import Redactor
 from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoreRows, record_metrics, score_rows
-from collector.store.base import Store
+from collector.schema.span_records import records_by_trace, span_records
+from collector.store.base import JudgeQueue
 from collector.store.health import log_failure
-from collector.store.span_records import records_by_trace, span_records
 from collector.telemetry import Metrics
 from evaluators.metric import Evaluator
 from evaluators.scores import Score
@@ -74,7 +74,7 @@ class JudgeStage(Component):
 
     def __init__(
         self,
-        store: Store,
+        store: JudgeQueue,
         evaluators: Sequence[tuple[str, Evaluator]],
         config: ScoringConfig,
         budget: JudgeBudget,

@@ -24,8 +24,8 @@ from collector.datasets import normalize_question
 from collector.process_memory import use_system_allocator
 from collector.processors.scoring import ScoringSetup, score_rows, score_trace
 from collector.processors.slices import Dimension, span_resources, trace_slices
-from collector.store.span_records import last_received, records_by_trace, span_records
-from collector.store.trace_rows import AssembledTrace, TraceTables, concat_trace_tables, trace_tables
+from collector.schema.span_records import last_received, records_by_trace, span_records
+from collector.schema.trace_rows import AssembledTrace, TraceTables, concat_trace_tables, trace_tables
 from evaluators.metric import Evaluator
 from semconv import RagTrace, map_trace
 from semconv.options import DEFAULT_OPTIONS, MappingOptions

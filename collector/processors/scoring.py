@@ -21,7 +21,7 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from collector.processors.config import SamplingConfig
 from collector.processors.sampler import Decision, TraceFacts, decide
-from collector.store.tables import (
+from collector.schema.tables import (
     EVALUATION_EVENT,
     EVALUATION_OUTBOX,
     MAX_EVENT_ITEMS,
@@ -41,9 +41,6 @@ from evaluators.metric import Evaluates, Evaluator
 from evaluators.registry import build_evaluators, evaluates, uses_judge
 from evaluators.scores import Score
 from semconv import RagTrace, SpanRecord
-
-if TYPE_CHECKING:
-    from collector.config import Config
 
 
 @dataclass
@@ -71,18 +68,6 @@ class ScoringSetup:
         deterministic = [dict(e) for e in listed if not uses_judge(e, judge_configured)]
         judged = [dict(e) for e in listed if uses_judge(e, judge_configured)]
         return cls(sampling, deterministic, judged, export_events)
-
-    @classmethod
-    def of_config(cls, config: Config) -> ScoringSetup | None:
-        """The setup a configuration asks for (None when `scoring.enabled` is false)."""
-        if not config.scoring.enabled:
-            return None
-        return cls.from_entries(
-            config.evaluator_entries(),
-            config.sampling,
-            judge_configured=bool(config.judge.model),
-            export_events=bool(config.exporters.otlp.endpoint),
-        )
 
     def build(self) -> list[Evaluator]:
         return build_evaluators(self.deterministic_entries)

@@ -13,18 +13,17 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.store.trace_rows import OTHER, TraceSlices
+from collector.schema.trace_rows import OTHER, TraceSlices
 from semconv import SpanRecord, names
 
 if TYPE_CHECKING:
-    from collector.monitoring.config import MonitoringConfig
-    from collector.store.base import Store
+    from collector.store.base import SliceColumns
 
 # A value longer than this is cut: a slice is a label, not a payload.
 MAX_VALUE_CHARS = 200
@@ -175,12 +174,21 @@ class SliceCaps:
         return traces
 
 
+class DimensionEntry(Protocol):
+    """A `monitoring.dimensions` entry, as `slicing` reads it."""
+
+    name: str
+    attribute: str | None
+    resource: str | None
+    max_values: int
+
+
 def slicing(
-    store: Store, monitoring: MonitoringConfig, now: float
+    store: SliceColumns, entries: Sequence[DimensionEntry], rerank_every: float, now: float
 ) -> tuple[tuple[Dimension, ...], SliceCaps | None]:
-    """The slice dimensions of `monitoring.dimensions`, their columns added to the store, and the
-    caps on their values, starting from the values most frequent in the store over the last week."""
-    entries = monitoring.dimensions
+    """The slice dimensions of `monitoring.dimensions` (`entries`), their columns added to the store,
+    and the caps on their values (ranked again every `rerank_every` seconds), starting from the
+    values most frequent in the store over the last week."""
     store.add_dimensions([e.name for e in entries])
     dimensions = tuple(Dimension(e.name, e.attribute, e.resource) for e in entries)
     if not dimensions:
@@ -188,7 +196,7 @@ def slicing(
     caps = {
         e.name: DimensionCap(
             e.max_values,
-            monitoring.dimension_rerank_every,
+            rerank_every,
             now,
             store.top_dimension_values(e.name, e.max_values),
         )

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from collector.config import Config
+    from collector.processors.config import AssemblerConfig
+    from collector.store.config import StoreConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +76,16 @@ def _read(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def spill_directory(config: Config) -> Path:
+def spill_directory(assembler: AssemblerConfig, store: StoreConfig) -> Path:
     """`assembler.spill_directory`, or by default: beside the database file (`<store.path>.spill`),
     or on a lake in the replica's local `store.temp_directory`."""
-    if config.assembler.spill_directory:
-        return Path(config.assembler.spill_directory)
-    if config.store.backend == "ducklake":
+    if assembler.spill_directory:
+        return Path(assembler.spill_directory)
+    if store.backend == "ducklake":
         from collector.store.ducklake_store import temp_directory
 
         # Beside DuckDB's own temporary directory, not in it: DuckDB owns what is in there.
-        temporary = temp_directory(config.store)
+        temporary = temp_directory(store)
         return temporary.with_name(temporary.name + ".spill")
-    path = Path(config.store.path)
+    path = Path(store.path)
     return path.with_name(path.name + ".spill")

@@ -1,9 +1,12 @@
-"""The store interface: every read and write ragpulse makes, by name.
+"""The store's interfaces: every read and write ragpulse makes, by name, grouped per caller.
 
-The rest of ragpulse reaches storage only through `Store`; `store.backend` picks the
-implementation (`open_store`). Writes take Arrow tables in the shapes of `tables.py` (bulk
-inserts, never row by row). Every method may be called from any thread; an implementation keeps
-the span writer's group commits and the other work from waiting on each other.
+The rest of ragpulse reaches storage only through these; a component takes the narrowest one it uses
+(the span writer a `SpanLog`, the evaluation exporter an `EvaluationOutbox`, ...), and `Store` is
+all of them, which `store.backend` picks the implementation of (`open_store`). The SELECTs that read
+the public tables by name for the dashboard, monitoring, probes and the demo are in `store/reads/`.
+Writes take Arrow tables in the shapes of `schema/tables.py` (bulk inserts, never row by row). Every method
+may be called from any thread; an implementation keeps the span writer's group commits and the other
+work from waiting on each other.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from collector.sql import QueryResult
+    from collector.schema.trace_rows import TraceTables
     from collector.store.health import StoreHealth
-    from collector.store.trace_rows import TraceTables
+    from collector.store.sql import QueryResult
 
 
 class StoreError(RuntimeError):
@@ -66,22 +69,64 @@ class DeletedRows:
         return self.rows.get("spans", 0)
 
 
-class Store(ABC):
-    """What ragpulse stores and reads back."""
+class StoreRole(ABC):
+    """What every interface of the store offers its caller: the health its failures are counted in,
+    and whether this replica leads (with several replicas on one lake)."""
 
-    # ---------------------------------------------------------------- ingest
+    # Whether writes go through, fed by every writer of the store (`store/health.py`).
+    health: StoreHealth
+
+    # Whether other replicas write this store too.
+    shared = False
+
+    def is_leader(self) -> bool:
+        """Whether this replica runs the work done once for all replicas (alerts, canaries,
+        webhook deliveries, retention, compaction) in this round."""
+        return True
+
+
+class SpanLog(StoreRole):
+    """The span writer's: group commits of received spans, and whether a write would be kept."""
 
     @abstractmethod
     def append_spans(self, spans: pa.Table, events: pa.Table) -> None:
         """Insert one group commit of spans and span events in a single durable transaction."""
 
-    # ---------------------------------------------------------------- assembly
+    def assert_writable(self) -> None:
+        """Raise StoreError when a write would be acknowledged but lost (the database file was
+        removed under the service). Cheap: the span writer calls it before every group commit."""
+
+    def probe_write(self) -> None:
+        """Raise unless the store can take writes now (room on its disk, a catalog that answers);
+        repair what can be repaired (reopen an invalidated database). Run while writes fail, so
+        that the store is found writable again without waiting for traffic."""
+
+
+class CaseBook(StoreRole):
+    """Golden cases (the assembler matches traces to them; datasets, probes and the API load them)."""
+
+    @abstractmethod
+    def read_cases(self) -> pa.Table:
+        """Every golden case (`case_id, normalized_question, expected_documents, expected_answer`)."""
+
+    @abstractmethod
+    def write_cases(self, cases: pa.Table) -> None:
+        """Insert golden cases (the `cases` shape), replacing those with the same id."""
+
+
+class SpanReads(StoreRole):
+    """Spans read back by trace (the assembler, the judge stage)."""
 
     @abstractmethod
     def read_spans(self, trace_ids: Iterable[str]) -> tuple[pa.Table, pa.Table]:
         """(spans, events) of these traces, each span and event once: the first stored copy, as the
         `spans` and `span_events` views show them (spans with the columns of
         `span_records.SPAN_COLUMNS`, `received_at` and `resource_attributes`)."""
+
+
+class AssemblyTables(SpanReads, CaseBook):
+    """The assembler's: which traces wait, which were assembled, and the assembled rows written (with
+    the claims that keep replicas from assembling a trace twice)."""
 
     @abstractmethod
     def pending_trace_ids(self) -> list[str]:
@@ -108,7 +153,40 @@ class Store(ABC):
         traces in `replace` (and every score and write-back event of them). `score_aggregates`
         is kept in step: new scores are added, the groups of replaced scores recomputed."""
 
-    # ---------------------------------------------------------------- judge work
+    def traces_elsewhere(self, trace_ids: Sequence[str]) -> set[str]:
+        """Those of these traces of which other replicas received spans too (a shared store learns
+        it in `append_spans`, before the spans are acknowledged): to assemble such a trace whole,
+        its spans are read back from the store."""
+        return set()
+
+    def claim_traces(self, span_counts: Mapping[str, int]) -> dict[str, int | None]:
+        """The traces this replica is to assemble now, of those it is ready to assemble with
+        `span_counts` spans each, with the revision (assembly count) each claim gave it, or None
+        where the store leaves counting to the assembler. A trace is claimed by one replica for
+        each set of spans, and again only with more spans than its last assembly had."""
+        return dict.fromkeys(span_counts)
+
+
+class SliceColumns(StoreRole):
+    """The slice dimensions' columns (`monitoring.dimensions`)."""
+
+    # The slice dimensions the store has columns for (in `traces`, `scores`, `score_aggregates`).
+    dimensions: tuple[str, ...] = ()
+
+    @abstractmethod
+    def add_dimensions(self, names: Sequence[str]) -> None:
+        """Add a column to `traces`, `scores` and `score_aggregates` for each of these dimensions
+        the store lacks (`monitoring.dimensions`); columns of dimensions no longer declared stay,
+        with their rows (new rows leave them null). Each becomes part of the aggregates' key."""
+
+    @abstractmethod
+    def top_dimension_values(self, name: str, limit: int, days: int = 7) -> list[str]:
+        """A dimension's most frequent values over the last `days` days (by scores counted), for
+        the cap on its values to start from after a restart."""
+
+
+class JudgeQueue(SpanReads):
+    """The judge stage's: traces waiting for the judge, and its scores stored."""
 
     @abstractmethod
     def pending_judge_work(self, limit: int, exclude: Iterable[str] = ()) -> pa.Table:
@@ -127,7 +205,9 @@ class Store(ABC):
         """Pending traces the judge will not score (`throttled`, `over_budget`): their decision
         becomes `deterministic` with that reason."""
 
-    # ---------------------------------------------------------------- evaluation outbox
+
+class EvaluationOutbox(StoreRole):
+    """The evaluation exporter's: write-back events waiting for OTLP export."""
 
     @abstractmethod
     def read_outbox(self, limit: int) -> pa.Table:
@@ -145,7 +225,22 @@ class Store(ABC):
     def outbox_depth(self) -> int:
         """Evaluation events waiting for export."""
 
-    # ---------------------------------------------------------------- alerts
+
+class SqlReads(StoreRole):
+    """Read-only SQL: a person's (`ragpulse sql`, `/api/sql`) and ragpulse's own reads (`store/reads/`)."""
+
+    @abstractmethod
+    def query(self, sql: str, max_rows: int, timeout: float) -> QueryResult:
+        """Run one read-only query (`collector.store.sql` rules), at most `max_rows` rows, interrupted
+        after `timeout` seconds; `QueryError` when it is refused or fails. It runs on a cursor of
+        its own, never on the writer's connection. Inside `collector.store.sql.user_sql` (a user's
+        query) it is also held to `sql.max_bytes` and `sql.memory_limit`, and its rows come as
+        the JSON answer (`QueryResult.body`)."""
+
+
+class AlertLog(SqlReads):
+    """Monitoring's: alert states, events and their notifications (the webhook exporter delivers
+    them), and judge canary runs; figures are read with SQL."""
 
     @abstractmethod
     def read_alerts(self) -> pa.Table:
@@ -180,27 +275,27 @@ class Store(ABC):
     def write_canary_run(self, run: pa.Table) -> None:
         """Add a canary run (the `canary_runs` shape)."""
 
-    # ---------------------------------------------------------------- golden cases
+
+class ProbeRuns(SqlReads, CaseBook):
+    """The probe runner's: its runs, the cases it sends, and the traces and scores its requests made
+    (with SQL)."""
 
     @abstractmethod
-    def read_cases(self) -> pa.Table:
-        """Every golden case (`case_id, normalized_question, expected_documents, expected_answer`)."""
+    def write_probe_run(self, run: pa.Table) -> None:
+        """Add probe runs (the `probe_runs` shape), replacing the rows with the same `run_id`: a run
+        is written when it starts and again when it finishes."""
 
     @abstractmethod
-    def write_cases(self, cases: pa.Table) -> None:
-        """Insert golden cases (the `cases` shape), replacing those with the same id."""
+    def read_probe_runs(self, probe: str | None = None, limit: int | None = None) -> pa.Table:
+        """Probe runs, newest first (by `started_at`), of one probe or of all; at most `limit`."""
 
-    # ---------------------------------------------------------------- read-only SQL
 
-    @abstractmethod
-    def query(self, sql: str, max_rows: int, timeout: float) -> QueryResult:
-        """Run one read-only query (`collector.sql` rules), at most `max_rows` rows, interrupted
-        after `timeout` seconds; `QueryError` when it is refused or fails. It runs on a cursor of
-        its own, never on the writer's connection. Inside `collector.sql.user_sql` (a user's
-        query) it is also held to `sql.max_bytes` and `sql.memory_limit`, and its rows come as
-        the JSON answer (`QueryResult.body`)."""
+class ApiStore(SqlReads, CaseBook):
+    """The JSON API's: a person's read-only SQL (`/api/sql`), and golden cases loaded over HTTP."""
 
-    # ---------------------------------------------------------------- retention
+
+class Housekeeping(StoreRole):
+    """Retention and maintenance: what the store weighs, the oldest traces deleted, compaction."""
 
     @abstractmethod
     def storage_size(self) -> StorageSize:
@@ -224,81 +319,29 @@ class Store(ABC):
         in one transaction that never waits on nor fails a concurrent span append. Aggregates
         (`score_aggregates`), alerts, canary runs and cases are kept."""
 
-    # ---------------------------------------------------------------- slices
-
-    # The slice dimensions the store has columns for (in `traces`, `scores`, `score_aggregates`).
-    dimensions: tuple[str, ...] = ()
-
-    @abstractmethod
-    def add_dimensions(self, names: Sequence[str]) -> None:
-        """Add a column to `traces`, `scores` and `score_aggregates` for each of these dimensions
-        the store lacks (`monitoring.dimensions`); columns of dimensions no longer declared stay,
-        with their rows (new rows leave them null). Each becomes part of the aggregates' key."""
-
-    @abstractmethod
-    def top_dimension_values(self, name: str, limit: int, days: int = 7) -> list[str]:
-        """A dimension's most frequent values over the last `days` days (by scores counted), for
-        the cap on its values to start from after a restart."""
-
-    # ---------------------------------------------------------------- several replicas
-    # One process owns an embedded store, so these defaults say: everything is ours. A store that
-    # several replicas write (DuckLake) decides who assembles a trace and who runs the singletons.
-
-    # Whether other replicas write this store too.
-    shared = False
-
-    def traces_elsewhere(self, trace_ids: Sequence[str]) -> set[str]:
-        """Those of these traces of which other replicas received spans too (a shared store learns
-        it in `append_spans`, before the spans are acknowledged): to assemble such a trace whole,
-        its spans are read back from the store."""
-        return set()
-
-    def claim_traces(self, span_counts: Mapping[str, int]) -> dict[str, int | None]:
-        """The traces this replica is to assemble now, of those it is ready to assemble with
-        `span_counts` spans each, with the revision (assembly count) each claim gave it, or None
-        where the store leaves counting to the assembler. A trace is claimed by one replica for
-        each set of spans, and again only with more spans than its last assembly had."""
-        return dict.fromkeys(span_counts)
-
-    def is_leader(self) -> bool:
-        """Whether this replica runs the work done once for all replicas (alerts, canaries,
-        webhook deliveries, retention, compaction) in this round."""
-        return True
-
-    def maintain(self) -> None:  # noqa: B027 (a default: nothing to do)
-        """Periodic housekeeping of the storage (compaction for a lake; nothing for a file)."""
-
-    # ---------------------------------------------------------------- probe runs
-
-    @abstractmethod
-    def write_probe_run(self, run: pa.Table) -> None:
-        """Add probe runs (the `probe_runs` shape), replacing the rows with the same `run_id`: a run
-        is written when it starts and again when it finishes."""
-
-    @abstractmethod
-    def read_probe_runs(self, probe: str | None = None, limit: int | None = None) -> pa.Table:
-        """Probe runs, newest first (by `started_at`), of one probe or of all; at most `limit`."""
-
-    # ---------------------------------------------------------------- health
-
-    # Whether writes go through, fed by every writer of the store (`store/health.py`).
-    health: StoreHealth
-
-    def assert_writable(self) -> None:  # noqa: B027 (a default: nothing to check)
-        """Raise StoreError when a write would be acknowledged but lost (the database file was
-        removed under the service). Cheap: the span writer calls it before every group commit."""
-
-    def probe_write(self) -> None:  # noqa: B027 (a default: nothing to probe)
-        """Raise unless the store can take writes now (room on its disk, a catalog that answers);
-        repair what can be repaired (reopen an invalidated database). Run while writes fail, so
-        that the store is found writable again without waiting for traffic."""
-
-    # ---------------------------------------------------------------- lifecycle
-
     @abstractmethod
     def checkpoint(self) -> None:
         """Fold the write-ahead state into the main file(s), with no write of ours in flight, so
         the space of deleted rows is freed (and the file truncated where its end became free)."""
+
+    def maintain(self) -> None:
+        """Periodic housekeeping of the storage (compaction for a lake; nothing for a file)."""
+
+
+class Store(
+    SpanLog,
+    AssemblyTables,
+    JudgeQueue,
+    SliceColumns,
+    EvaluationOutbox,
+    AlertLog,
+    ProbeRuns,
+    ApiStore,
+    Housekeeping,
+):
+    """What ragpulse stores and reads back: every interface above, implemented by one backend
+    (`DuckDBStore` on a file, `DuckLakeStore` on a lake). A caller asks for the narrowest interface
+    it uses."""
 
     @abstractmethod
     def close(self) -> None:

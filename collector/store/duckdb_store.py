@@ -21,16 +21,17 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.sql import QueryResult, run_query
+from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS
+from collector.schema.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY
+from collector.schema.trace_rows import OTHER, TraceTables
 from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError, StoreLocked
 from collector.store.config import StoreConfig
 from collector.store.disk import file_identity, probe_directory, probe_log, wal_replay_message
 from collector.store.health import StoreHealth
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.quiet_gate import QuietGate
-from collector.store.span_records import EVENT_COLUMNS, SPAN_COLUMNS
-from collector.store.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY, first_stored
-from collector.store.trace_rows import OTHER, TraceTables
+from collector.store.schema_sql import first_stored
+from collector.store.sql import QueryResult, run_query
 
 
 def _connection_config(config: StoreConfig | None, read_only: bool) -> dict[str, Any]:

@@ -42,20 +42,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.sql import QueryResult, run_query
+from collector.schema.tables import ALL_TABLES, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES
+from collector.schema.trace_rows import TraceTables
 from collector.store.base import DeletedRows, StorageSize, StoreError
 from collector.store.config import StoreConfig
 from collector.store.disk import probe_directory
 from collector.store.duckdb_store import DuckDBStore, key_match, migrate, quoted, schema_version
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
-from collector.store.tables import (
-    ALL_TABLES,
-    SCORE_AGGREGATE_KEY,
-    SCORE_AGGREGATES,
-    SPAN_EVENTS_VIEW,
-    SPANS_VIEW,
-)
-from collector.store.trace_rows import TraceTables
+from collector.store.schema_sql import SPAN_EVENTS_VIEW, SPANS_VIEW, create_table_sql
+from collector.store.sql import QueryResult, run_query
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +267,7 @@ def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
             "CREATE TABLE ragpulse_schema (version INTEGER, description VARCHAR, applied_at TIMESTAMP)"
         )
         for table in ALL_TABLES:
-            ddl = table.create_sql().replace("PRIMARY KEY", "NOT NULL")
+            ddl = create_table_sql(table).replace("PRIMARY KEY", "NOT NULL")
             if table is SCORE_AGGREGATES:
                 ddl = ddl.replace(f"CREATE TABLE {table.name} ", f"CREATE TABLE {AGGREGATE_PARTS} ", 1)
             con.execute(ddl)

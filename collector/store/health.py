@@ -188,11 +188,15 @@ class StoreHealth:
         return {"writable": False, "reason": self.reason, "failing_for_s": failing_for}
 
 
-class HealthyStore(Protocol):
-    """What the store probe and `log_failure` need of a store (`Store` has it): its health, and the
-    two ways to try it."""
+class HasHealth(Protocol):
+    """What `log_failure` needs of a store (every interface in `store/base.py` has it)."""
 
     health: StoreHealth
+
+
+class HealthyStore(HasHealth, Protocol):
+    """What the store probe needs of a store (`Store` has it): its health, and the two ways to try
+    it."""
 
     def assert_writable(self) -> None: ...
 
@@ -232,7 +236,7 @@ class StoreProbe(BackgroundWorker):
 
 
 def log_failure(
-    logger: logging.Logger, store: HealthyStore, component: str, message: str, *args: object
+    logger: logging.Logger, store: HasHealth, component: str, message: str, *args: object
 ) -> None:
     """In an `except` block: a storage failure (no space, read-only, lost catalog) is counted in the
     store's health, which logs it once and a summary a minute; anything else is logged on `logger`

@@ -6,7 +6,7 @@ import logging
 import time
 
 from collector.background import BackgroundWorker
-from collector.store.base import Store
+from collector.store.base import Housekeeping
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ class StoreMaintainer(BackgroundWorker):
     """Every HEARTBEAT_SECONDS, whether this replica leads (its heartbeat); every `every` seconds, on
     the replica that leads, `store.maintain()`."""
 
-    def __init__(self, store: Store, every: float) -> None:
+    def __init__(self, store: Housekeeping, every: float) -> None:
         super().__init__("ragpulse-store-maintenance")
         self._store = store
         self._every = every

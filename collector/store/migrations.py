@@ -11,35 +11,39 @@ added to `received_spans` (`RECEIVED_SPANS`), and the migration then creates `SP
 
 from __future__ import annotations
 
-from collector.store.tables import (
+from collector.schema.tables import (
     ALERT_EVENTS,
     ALERT_NOTIFICATIONS,
     ALERTS,
     CANARY_RUNS,
     EVALUATION_OUTBOX,
-    EVERY_RECEIVED_EVENT,
     PROBE_RUNS,
     SCORE_AGGREGATES,
     SCORES,
     SPAN_EVENTS,
-    SPAN_EVENTS_VIEW,
-    SPANS_VIEW,
     STEPS,
     TRACES,
     WRITEBACK_SOURCE,
     Table,
+)
+from collector.store.schema_sql import (
+    EVERY_RECEIVED_EVENT,
+    SPAN_EVENTS_VIEW,
+    SPANS_VIEW,
+    column_ddl,
+    create_table_sql,
     span_events_view,
 )
 
 
 def create_tables(version: int, *tables: Table) -> str:
     """`CREATE TABLE` for tables defined in `tables.py`, with the columns they had at `version`."""
-    return "\n".join(table.create_sql(version) for table in tables)
+    return "\n".join(create_table_sql(table, version) for table in tables)
 
 
 def add_columns(table: Table, *names: str) -> str:
     """`ALTER TABLE ... ADD COLUMN` for columns already defined in `tables.py`."""
-    return "\n".join(f"ALTER TABLE {table.name} ADD COLUMN {table.column(n).ddl()};" for n in names)
+    return "\n".join(f"ALTER TABLE {table.name} ADD COLUMN {column_ddl(table.column(n))};" for n in names)
 
 
 MIGRATIONS: list[tuple[int, str, str]] = [

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from collector.background import BackgroundWorker
-from collector.store.base import StorageSize, Store
+from collector.store.base import Housekeeping, StorageSize
 from collector.store.config import RetentionConfig
 from collector.telemetry import Metrics
 
@@ -119,7 +119,7 @@ class RetentionKeeper(BackgroundWorker):
 
     def __init__(
         self,
-        store: Store,
+        store: Housekeeping,
         config: RetentionConfig,
         metrics: Metrics,
         clock: Callable[[], datetime] = utc_now,

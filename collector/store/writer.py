@@ -17,7 +17,7 @@ from concurrent.futures import Future
 
 from collector.lifecycle import Component, remaining
 from collector.otlp.batch import SpanBatch, concat_batches
-from collector.store.base import Store
+from collector.store.base import SpanLog
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class SpanWriter(Component):
 
     def __init__(
         self,
-        store: Store,
+        store: SpanLog,
         metrics: Metrics,
         max_queue_spans: int,
         max_commit_spans: int,

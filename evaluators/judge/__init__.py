@@ -1,6 +1,7 @@
-"""The LLM judge: its settings (`settings`), a fail-closed OpenAI-compatible client (`client`),
-building one from settings (`build`), fencing / clipping of untrusted text (`fence`), a
-persistent verdict cache in DuckDB (`store`), and what the metrics' judge variants share
+"""The LLM judge: its settings (`settings`), a fail-closed OpenAI-compatible client (`client`, with an
+in-memory verdict cache and room for a persistent one: `VerdictStore`, which ragpulse keeps in
+DuckDB, `collector/store/verdicts.py`), fencing / clipping of untrusted text (`fence`), and what
+the metrics' judge variants share
 (`asking`: their messages, the call, the checks of verdicts). Each metric's own prompt, verdict
 schema and scoring are in its module (`evaluators/metrics/`); they build their prompts with
 `fence_inputs` and call `JudgeClient.judge`.
@@ -15,9 +16,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "JudgeSetupError": "build",
-    "close_judge": "build",
-    "open_judge": "build",
     "JudgeCheckError": "client",
     "JudgeClient": "client",
     "JudgeResult": "client",
@@ -33,12 +31,9 @@ _EXPORTS = {
     "make_fence": "fence",
     "neutralize": "fence",
     "JudgeSettings": "settings",
-    "DuckDBVerdictStore": "store",
-    "VerdictStoreError": "store",
 }
 
 if TYPE_CHECKING:
-    from evaluators.judge.build import JudgeSetupError, close_judge, open_judge
     from evaluators.judge.client import (
         JudgeCheckError,
         JudgeClient,
@@ -58,7 +53,6 @@ if TYPE_CHECKING:
         neutralize,
     )
     from evaluators.judge.settings import JudgeSettings
-    from evaluators.judge.store import DuckDBVerdictStore, VerdictStoreError
 
 
 def __getattr__(name: str) -> Any:
@@ -74,21 +68,16 @@ __all__ = [
     "MAX_DOCUMENT_CHARS",
     "MAX_TOTAL_CHARS",
     "ClipReport",
-    "DuckDBVerdictStore",
     "Fence",
     "FencedInputs",
     "JudgeCheckError",
     "JudgeClient",
     "JudgeResult",
     "JudgeSettings",
-    "JudgeSetupError",
     "VerdictStore",
-    "VerdictStoreError",
     "clip_documents",
-    "close_judge",
     "fence_inputs",
     "make_fence",
     "neutralize",
-    "open_judge",
     "strict_json_schema",
 ]

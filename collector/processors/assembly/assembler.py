@@ -31,9 +31,9 @@ from collector.processors.config import AssemblerConfig
 from collector.processors.scoring import ScoringSetup
 from collector.processors.slices import Dimension, SliceCaps
 from collector.processors.spill import SpillDirectory
-from collector.store.base import Store
+from collector.schema.span_records import SPAN_COLUMNS
+from collector.store.base import AssemblyTables
 from collector.store.health import log_failure
-from collector.store.span_records import SPAN_COLUMNS
 from collector.telemetry import Metrics
 from semconv.options import DEFAULT_OPTIONS, MappingOptions
 
@@ -54,7 +54,7 @@ class TraceAssembler(Component):
 
     def __init__(
         self,
-        store: Store,
+        store: AssemblyTables,
         config: AssemblerConfig,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,

@@ -7,7 +7,7 @@ import time
 import orjson
 
 from collector.processors.mapping_job import CaseIndex
-from collector.store.base import Store
+from collector.store.base import CaseBook
 
 # Seconds between re-reads of the golden cases when several replicas share the store: `datasets load`
 # writes the lake directly, and only the replica it went through (if any) would hear of it.
@@ -17,7 +17,7 @@ CASES_REFRESH = 30.0
 class GoldenCases:
     """The current case index, and its version (a worker process keeps the index it was sent)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: CaseBook) -> None:
         self._store = store
         self.index = CaseIndex()
         self.version = 0

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.processors.assembly.completeness import Stage, TraceState
-from collector.store.base import Store
+from collector.store.base import AssemblyTables
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Claims:
     """The traces assembled here (trace id -> assembly count, the most recent last), and the
     store's word on the others."""
 
-    def __init__(self, store: Store, metrics: Metrics, max_traces: int, now: float) -> None:
+    def __init__(self, store: AssemblyTables, metrics: Metrics, max_traces: int, now: float) -> None:
         self._store = store
         self._metrics = metrics
         self._assembled: OrderedDict[str, int] = OrderedDict()  # trace id -> assembly count

@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 from collector.otlp.batch import SpanBatch
 from collector.processors.assembly.completeness import Arrivals
 from collector.processors.spill import SpillDirectory, SpilledBatch
-from collector.store.base import Store
-from collector.store.span_records import first_copies, repeats_only
-from collector.store.tables import EVENT_KEY, SPAN_KEY
+from collector.schema.span_records import first_copies, repeats_only
+from collector.schema.tables import EVENT_KEY, SPAN_KEY
+from collector.store.base import SpanReads
 from collector.telemetry import Metrics
 
 
@@ -78,7 +78,7 @@ class Holding:
 
     def __init__(
         self,
-        store: Store,
+        store: SpanReads,
         max_held_spans: int,
         span_columns: list[str],
         spill: SpillDirectory | None,

@@ -20,8 +20,8 @@ from collector.processors.assembly.workers import MappingWorkers
 from collector.processors.mapping_job import MapJob, MapResult
 from collector.processors.scoring import record_metrics, scored_received_times
 from collector.processors.slices import SliceCaps
-from collector.store.base import Store
-from collector.store.trace_rows import concat_trace_tables
+from collector.schema.trace_rows import concat_trace_tables
+from collector.store.base import AssemblyTables
 from collector.telemetry import Metrics
 
 T = TypeVar("T")
@@ -57,7 +57,7 @@ class JobsInFlight:
     def __init__(
         self,
         workers: MappingWorkers,
-        store: Store,
+        store: AssemblyTables,
         metrics: Metrics,
         caps: SliceCaps | None,
         clock: Callable[[], float],

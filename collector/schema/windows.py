@@ -1,4 +1,4 @@
-"""Time windows over stored scores, and the SQL that selects them.
+"""Time windows over stored scores (`store/reads/predicates.py` selects them in SQL).
 
 Scores count in the minute their trace started (`bucket` in `scores` and `score_aggregates`), so a
 window can only select whole minutes. The one rule, used by `check`, regressions, alerts and the
@@ -63,11 +63,6 @@ def ceil_minute(moment: datetime) -> datetime:
     return floor if floor == moment else floor + _MINUTE
 
 
-def sql_string(value: str) -> str:
-    """A SQL string literal."""
-    return "'" + value.replace("'", "''") + "'"
-
-
 def utc_now() -> datetime:
     """Now, as the naive UTC time stored times are compared with."""
     return datetime.now(UTC).replace(tzinfo=None)
@@ -128,13 +123,5 @@ class Window:
         earlier = self.shifted(seconds).whole_minutes()
         return Window(earlier.start, min(earlier.end, max(self.start, earlier.start)))
 
-    def sql(self, column: str = "bucket") -> str:
-        """A predicate selecting the window on a TIMESTAMP column."""
-        return f"({column} >= {_timestamp(self.start)} AND {column} < {_timestamp(self.end)})"
-
     def describe(self) -> dict[str, str]:
         return {"start": self.start.isoformat(sep=" "), "end": self.end.isoformat(sep=" ")}
-
-
-def _timestamp(moment: datetime) -> str:
-    return f"TIMESTAMP '{moment.isoformat(sep=' ')}'"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from collector.store.verdicts import DuckDBVerdictStore, VerdictStoreError
 from evaluators.judge.client import JudgeClient
 from evaluators.judge.settings import JudgeSettings
-from evaluators.judge.store import DuckDBVerdictStore, VerdictStoreError
 
 
 class JudgeSetupError(ValueError):

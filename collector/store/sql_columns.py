@@ -1,7 +1,7 @@
 """The columns of a user's query made safe for JSON: which DuckDB types pass to Python as they are,
 which are cast to text inside DuckDB (integers past 64 bits, times, bits, geometry), how each
 value is converted once in Python, and the SQL that adds up a row's bytes so that a result past
-`sql.max_bytes` fails inside DuckDB, before it reaches Arrow (`collector.sql` runs the query)."""
+`sql.max_bytes` fails inside DuckDB, before it reaches Arrow (`collector.store.sql` runs the query)."""
 
 from __future__ import annotations
 

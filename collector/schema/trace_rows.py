@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from collector.store.tables import DOCUMENTS, STEPS, TRACES
+from collector.schema.tables import DOCUMENTS, STEPS, TRACES
 from semconv import RagTrace
 
 # The value a dimension's rare values are counted under, past its cap (`monitoring.dimensions`).

@@ -1,10 +1,10 @@
 """Every stored table, defined once: its columns, DuckDB types and Arrow schema come from here.
 
-The DDL that migrations create (`migrations.py`), the Arrow schemas that the decoder and the
-assembler build (`otlp/batch.py`, `store/trace_rows.py`, `datasets.py`) and the columns read
-back into records (`store/span_records.py`) are all derived from these definitions. Adding a
-column is one edit here plus a migration (`add_columns`); `tests/test_schema_migrations.py`
-checks that the migrated database has exactly these columns.
+The DDL that migrations create (`store/schema_sql.py`, `store/migrations.py`), the Arrow schemas
+that the decoder and the assembler build (`otlp/batch.py`, `schema/trace_rows.py`, `datasets.py`)
+and the columns read back into records (`schema/span_records.py`) are all derived from these
+definitions. Adding a column is one edit here plus a migration (`add_columns`);
+`tests/test_schema_migrations.py` checks that the migrated database has exactly these columns.
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ class Column:
     def arrow_type(self, time_unit: TimeUnit) -> pa.DataType:
         """The Arrow type rows of this column are built with before an insert."""
         return _ARROW_TYPES[self.sql_type](time_unit)
-
-    def ddl(self) -> str:
-        return f"{self.name} {self.sql_type} {self.constraint}".strip()
 
 
 _ARROW_TYPES: dict[str, Any] = {
@@ -67,12 +64,6 @@ class Table:
             if column.name == name:
                 return column
         raise KeyError(f"{self.name} has no column {name}")
-
-    def create_sql(self, version: int | None = None) -> str:
-        """`CREATE TABLE` with every column, or those that existed at schema `version`."""
-        columns = [c for c in self.columns if version is None or c.since <= version]
-        body = ",\n    ".join(c.ddl() for c in columns)
-        return f"CREATE TABLE {self.name} (\n    {body}\n);"
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([(c.name, c.arrow_type(self.time_unit)) for c in self.columns])
@@ -139,43 +130,12 @@ SPAN_KEY = ("trace_id", "span_id")
 # An event repeats another when it is of the same span, at the same time, with the same name and
 # attributes, whatever its source: a replayed span's events come again with `source = 'replay'`.
 EVENT_KEY = ("trace_id", "span_id", "time", "name", "attributes")
-_NOT_NULL = ("trace_id", "span_id")  # the others of the event key may be null (rows of old files)
-
-
-def first_copies_sql(table: str, key: tuple[str, ...], columns: Sequence[str]) -> str:
-    """SQL: `columns` of the rows of `table` that no row stored before them repeats on `key` (a
-    lower `rowid`: an earlier commit, or in one commit a row written before). The copy kept is the
-    one acknowledged first, which assembly read; a row id keeps its order through deletions and
-    compaction, on the file and on a lake, so the same copy is kept every time.
-
-    A join, not a window: a filter on any column of the outer query is applied to the rows before
-    their earlier copies are looked for (a window makes every filter but one on the key wait for
-    it, and carries every column read through it: several times slower for queries over all spans,
-    and out of memory under `store.memory_limit` for one reading the attributes), and a filter on
-    `trace_id` reaches both sides, so a trace's spans are read as fast as before."""
-    on = " AND ".join(
-        f"d.{c} = r.{c}" if c in _NOT_NULL else f"d.{c} IS NOT DISTINCT FROM r.{c}" for c in key
-    )
-    return (
-        f"SELECT {', '.join('r.' + c for c in columns)} FROM {table} r "
-        f"LEFT JOIN {table} d ON {on} AND d.rowid < r.rowid WHERE d.rowid IS NULL"
-    )
-
-
-def first_stored(key: tuple[str, ...], alias: str) -> str:
-    """SQL: a QUALIFY clause keeping the first stored row of each `key` among rows already chosen
-    (`alias`: a few traces' rows, for assembly), as `first_copies_sql` keeps it among all rows."""
-    partition = ", ".join(f"{alias}.{column}" for column in key)
-    return f"QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY {alias}.rowid) = 1"
+# The columns of those keys that are never null (the others of the event key may be, in rows of
+# old files).
+NOT_NULL_KEY_COLUMNS = ("trace_id", "span_id")
 
 
 RECEIVED_SPANS = replace(SPANS, name="received_spans")
-
-SPANS_VIEW = (
-    "CREATE OR REPLACE VIEW spans AS\n"
-    + first_copies_sql("received_spans", SPAN_KEY, SPANS.column_names)
-    + ";"
-)
 
 # `span_events`, as users query it, is a view (`SPAN_EVENTS_VIEW`): the events ragpulse received,
 # stored in `received_span_events`, and one `gen_ai.evaluation.result` event per row of `scores`,
@@ -200,60 +160,6 @@ SPAN_EVENTS = Table(
 )
 
 RECEIVED_SPAN_EVENTS = replace(SPAN_EVENTS, name="received_span_events")
-
-
-def _clipped(text: str) -> str:
-    """SQL: `text` cut to `MAX_EVENT_TEXT` characters, as `scoring._clip` cuts it."""
-    return (
-        f"CASE WHEN length({text}) <= {MAX_EVENT_TEXT} THEN {text} "
-        f"ELSE substring({text}, 1, {MAX_EVENT_TEXT - 1}) || '…' END"
-    )
-
-
-_ITEMS_TYPE = """'[{"text": "VARCHAR", "ok": "BOOLEAN", "evidence": "VARCHAR"}]'"""
-
-# The received events as schema 8 showed them: every stored row (migration 8 keeps this text).
-EVERY_RECEIVED_EVENT = "received_span_events"
-# Since schema 10: the first stored copy of each event. No received event has the write-back source
-# (every decoder sets its own; migration 8 deleted the stored write-back events), and saying so
-# lets a filter `source = 'ragpulse'` skip the received events, and the search for their copies,
-# at once.
-FIRST_RECEIVED_EVENTS = (
-    f"({first_copies_sql('received_span_events', EVENT_KEY, SPAN_EVENTS.column_names)}) "
-    f"WHERE source <> '{WRITEBACK_SOURCE}'"
-)
-
-
-def span_events_view(received: str = FIRST_RECEIVED_EVENTS) -> str:
-    """`CREATE VIEW span_events`: the `received` events (what follows FROM), and the write-back event
-    of each score, with the attributes `scoring.event_attributes` gives the event it exports (tests
-    hold the two equal): nulls are left out (`json_merge_patch` drops them)."""
-    return f"""CREATE OR REPLACE VIEW span_events AS
-SELECT trace_id, span_id, time, name, attributes, source, received_at FROM {received}
-UNION ALL
-SELECT trace_id, span_id, created_at AS time, '{EVALUATION_EVENT}' AS name,
-    json_merge_patch('{{}}', json_object(
-        'gen_ai.evaluation.name', name,
-        'gen_ai.evaluation.score.label', coalesce(nullif(label, ''), status),
-        'ragpulse.status', status,
-        'ragpulse.evaluator', evaluator,
-        'ragpulse.revision', revision,
-        'gen_ai.evaluation.score.value', value,
-        'gen_ai.evaluation.explanation', {_clipped("nullif(explanation, '')")},
-        'error.type', CASE WHEN status = 'error' THEN coalesce(nullif(label, ''), 'error') END,
-        'ragpulse.threshold', threshold,
-        'ragpulse.judge.model', nullif(judge_model, ''),
-        'ragpulse.prompt_version', nullif(prompt_version, ''),
-        'ragpulse.items', CASE WHEN json_array_length(items) > 0 THEN to_json(list_transform(
-            from_json(items, {_ITEMS_TYPE})[1:{MAX_EVENT_ITEMS}],
-            i -> {{'text': {_clipped("i.text")}, 'ok': i.ok, 'evidence': {_clipped("i.evidence")}}}
-        ))::VARCHAR END
-    )) AS attributes,
-    '{WRITEBACK_SOURCE}' AS source, created_at AS received_at
-FROM scores;"""
-
-
-SPAN_EVENTS_VIEW = span_events_view()
 
 
 TRACES = Table(

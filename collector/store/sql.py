@@ -32,7 +32,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator
 
 from collector.config_base import Section
-from collector.sql_columns import SIZE_MARKER, Column, plan, size_check
+from collector.store.sql_columns import SIZE_MARKER, Column, plan, size_check
 
 # The answer header of `POST /api/sql` that says the row limit cut the result.
 TRUNCATED_HEADER = "X-Ragpulse-Truncated"

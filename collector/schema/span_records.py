@@ -11,7 +11,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.store.tables import EVENT_KEY, SPAN_KEY
+from collector.schema.tables import EVENT_KEY, SPAN_KEY
 from semconv import EventRecord, SpanRecord
 
 SPAN_COLUMNS = (

@@ -1,47 +1,24 @@
-"""The read-only JSON API's queries: the overview, the trace list, one trace, alerts.
+"""The dashboard's reads (`collector/dashboard/data.py` runs them): the overview, the trace list, one
+trace, alerts and canary runs.
 
-Each builder returns one SELECT over the same tables SQL users see, run through the store's read-only
-SQL guard; values from the request are validated or quoted here, never pasted raw. Shaping the rows
-into the API's JSON is plain functions, so both halves are testable without a server.
+Each builder returns one SELECT over the same tables SQL users see; values from the request are
+validated or quoted here, never pasted raw.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
-from collector.monitoring.scope import Scope, check_dimension, slice_values_sql
-from collector.monitoring.windows import Window, sql_string
+from collector.schema.scope import Scope, check_dimension
+from collector.schema.windows import Window
+from collector.store.reads.predicates import scope_sql, sql_string, window_sql
+from collector.store.reads.slices import slice_values_sql
 
 SortKey = Literal["start_time", "duration_ms", "worst"]
 SORT_KEYS: tuple[SortKey, ...] = ("start_time", "duration_ms", "worst")
-MAX_PAGE = 500
 # Text shown per trace in the list (the whole text is in the trace view).
 PREVIEW_CHARS = 240
-
-
-# DuckDB's time_bucket counts buckets of days or less from this origin (a Monday).
-BUCKET_ORIGIN = datetime(2000, 1, 3)
-
-
-def bucket_starts(window: Window, step: int) -> list[datetime]:
-    """Every chart bucket of the window, as `time_bucket` labels them: so a bucket with no rows can
-    be drawn as one (no traffic, no score) instead of a line across the silence."""
-    delta = timedelta(seconds=step)
-    first = BUCKET_ORIGIN + ((window.start - BUCKET_ORIGIN) // delta) * delta
-    return [
-        first + i * delta
-        for i in range(int((window.end - first) / delta) + 1)
-        if first + i * delta < window.end
-    ]
-
-
-def bucket_seconds(window: Window, points: int = 60) -> int:
-    """A chart bucket for the window: about `points` points, in whole minutes (scores are kept per
-    minute), at least one minute."""
-    seconds = window.seconds / points
-    return max(60, round(seconds / 60) * 60)
 
 
 # Over summed `score_aggregates` rows: the figures `ragpulse check` gates on (the mean over scores
@@ -63,7 +40,7 @@ def score_summary_sql(window: Window, scope: Scope, by: str | None = None) -> st
     return (
         f"SELECT name, {_split(by)}sum(n) AS n, sum(n_pass) AS n_pass, sum(n_fail) AS n_fail, "
         f"sum(n_error) AS n_error, sum(n_skipped) AS n_skipped, {_FIGURES} "
-        f"FROM score_aggregates WHERE {window.sql('bucket')} AND {scope.sql()} "
+        f"FROM score_aggregates WHERE {window_sql(window)} AND {scope_sql(scope)} "
         f"GROUP BY ALL ORDER BY name{'' if by is None else ', n DESC, slice NULLS LAST'}"
     )
 
@@ -72,7 +49,7 @@ def score_series_sql(window: Window, scope: Scope, step: int, by: str | None = N
     """Per chart bucket and score name (and value of `by`): mean, pass rate, error rate, count."""
     return (
         f"SELECT time_bucket(INTERVAL {step} SECOND, bucket) AS t, name, {_split(by)}sum(n) AS n, {_FIGURES} "
-        f"FROM score_aggregates WHERE {window.sql('bucket')} AND {scope.sql()} "
+        f"FROM score_aggregates WHERE {window_sql(window)} AND {scope_sql(scope)} "
         f"GROUP BY ALL ORDER BY t, name{'' if by is None else ', slice NULLS LAST'}"
     )
 
@@ -96,14 +73,14 @@ def traffic_series_sql(window: Window, scope: Scope, step: int) -> str:
     """Per chart bucket: traces, errors, and latency (total, retrieval, generation)."""
     return (
         f"SELECT time_bucket(INTERVAL {step} SECOND, start_time) AS t, {_TRAFFIC} "
-        f"FROM traces WHERE {window.sql('start_time')} AND {scope.sql()} "
+        f"FROM traces WHERE {window_sql(window, 'start_time')} AND {scope_sql(scope)} "
         "GROUP BY ALL ORDER BY t"
     )
 
 
 def totals_sql(window: Window, scope: Scope) -> str:
     """The window's traces in the scope together: count, errors, latency."""
-    return f"SELECT {_TRAFFIC} FROM traces WHERE {window.sql('start_time')} AND {scope.sql()}"
+    return f"SELECT {_TRAFFIC} FROM traces WHERE {window_sql(window, 'start_time')} AND {scope_sql(scope)}"
 
 
 def services_sql(window: Window, scope: Scope) -> str:
@@ -111,7 +88,7 @@ def services_sql(window: Window, scope: Scope) -> str:
     return (
         f"SELECT service_name, {_TRAFFIC}, "
         "sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens "
-        f"FROM traces WHERE {window.sql('start_time')} AND {replace(scope, service=None).sql()} "
+        f"FROM traces WHERE {window_sql(window, 'start_time')} AND {scope_sql(replace(scope, service=None))} "
         "GROUP BY ALL ORDER BY traces DESC"
     )
 
@@ -122,7 +99,7 @@ def judge_usage_sql(window: Window, scope: Scope) -> str:
         "SELECT count(*) AS calls, count(*) FILTER (status = 'error') AS errors, "
         "coalesce(sum(judge_input_tokens), 0) AS input_tokens, "
         "coalesce(sum(judge_output_tokens), 0) AS output_tokens, avg(latency_ms) AS mean_latency_ms "
-        f"FROM scores WHERE evaluator = 'judge' AND {window.sql('bucket')} AND {scope.sql()}"
+        f"FROM scores WHERE evaluator = 'judge' AND {window_sql(window)} AND {scope_sql(scope)}"
     )
 
 
@@ -155,8 +132,8 @@ class TraceFilter:
         return (self.score is not None and self.below is not None) or self.failing is not None
 
     def where(self) -> str:
-        scores_in_window = f"SELECT trace_id FROM scores WHERE {self.window.whole_minutes().sql('bucket')}"
-        clauses = [self.window.sql("t.start_time")]
+        scores_in_window = f"SELECT trace_id FROM scores WHERE {window_sql(self.window.whole_minutes())}"
+        clauses = [window_sql(self.window, "t.start_time")]
         if self.service is not None:
             clauses.append(f"t.service_name = {sql_string(self.service)}")
         # As every view: the app's own traffic, or one probe's (never the two mixed).
@@ -190,7 +167,7 @@ def trace_page_sql(f: TraceFilter) -> str:
     both. Only the page's traces are looked up in `scores`, except when sorting by the lowest score,
     which needs it for every trace in the window."""
     direction = "DESC" if f.descending else "ASC"
-    in_window = f.window.whole_minutes().sql("s.bucket")
+    in_window = window_sql(f.window.whole_minutes(), "s.bucket")
     # With a filter on scores, counting apart would run that filter twice: count in the same pass.
     total = "count(*) OVER () AS total, " if f.filters_scores else ""
     columns = (
@@ -281,9 +258,3 @@ CANARY_RUNS_SQL = (
     "SELECT run_id, started_at, finished_at, judge_model, status, pairs, correct, errors, accuracy, "
     "pass_share, shift, verdicts FROM canary_runs ORDER BY started_at DESC LIMIT 100"
 )
-
-
-def mark_expected(documents: list[dict[str, Any]], expected: list[str] | None) -> list[dict[str, Any]]:
-    """Each document with `expected`: whether its id is one the trace expected (None: no expectation)."""
-    wanted = None if expected is None else set(expected)
-    return [{**d, "expected": None if wanted is None else d["doc_id"] in wanted} for d in documents]

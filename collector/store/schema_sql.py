@@ -1,0 +1,121 @@
+"""The SQL that makes the schema of `collector/schema/tables.py`: each table's `CREATE TABLE`, and
+the views users query (`spans` and `span_events`: the first stored copy of each span and event,
+and a write-back event per score)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from collector.schema.tables import (
+    EVALUATION_EVENT,
+    EVENT_KEY,
+    MAX_EVENT_ITEMS,
+    MAX_EVENT_TEXT,
+    NOT_NULL_KEY_COLUMNS,
+    SPAN_EVENTS,
+    SPAN_KEY,
+    SPANS,
+    WRITEBACK_SOURCE,
+    Column,
+    Table,
+)
+
+
+def column_ddl(column: Column) -> str:
+    """`name TYPE constraint`, as `CREATE TABLE` and `ADD COLUMN` take it."""
+    return f"{column.name} {column.sql_type} {column.constraint}".strip()
+
+
+def create_table_sql(table: Table, version: int | None = None) -> str:
+    """`CREATE TABLE` with every column, or those that existed at schema `version`."""
+    columns = [c for c in table.columns if version is None or c.since <= version]
+    body = ",\n    ".join(column_ddl(c) for c in columns)
+    return f"CREATE TABLE {table.name} (\n    {body}\n);"
+
+
+def first_copies_sql(table: str, key: tuple[str, ...], columns: Sequence[str]) -> str:
+    """SQL: `columns` of the rows of `table` that no row stored before them repeats on `key` (a
+    lower `rowid`: an earlier commit, or in one commit a row written before). The copy kept is the
+    one acknowledged first, which assembly read; a row id keeps its order through deletions and
+    compaction, on the file and on a lake, so the same copy is kept every time.
+
+    A join, not a window: a filter on any column of the outer query is applied to the rows before
+    their earlier copies are looked for (a window makes every filter but one on the key wait for
+    it, and carries every column read through it: several times slower for queries over all spans,
+    and out of memory under `store.memory_limit` for one reading the attributes), and a filter on
+    `trace_id` reaches both sides, so a trace's spans are read as fast as before."""
+    on = " AND ".join(
+        f"d.{c} = r.{c}" if c in NOT_NULL_KEY_COLUMNS else f"d.{c} IS NOT DISTINCT FROM r.{c}" for c in key
+    )
+    return (
+        f"SELECT {', '.join('r.' + c for c in columns)} FROM {table} r "
+        f"LEFT JOIN {table} d ON {on} AND d.rowid < r.rowid WHERE d.rowid IS NULL"
+    )
+
+
+def first_stored(key: tuple[str, ...], alias: str) -> str:
+    """SQL: a QUALIFY clause keeping the first stored row of each `key` among rows already chosen
+    (`alias`: a few traces' rows, for assembly), as `first_copies_sql` keeps it among all rows."""
+    partition = ", ".join(f"{alias}.{column}" for column in key)
+    return f"QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY {alias}.rowid) = 1"
+
+
+SPANS_VIEW = (
+    "CREATE OR REPLACE VIEW spans AS\n"
+    + first_copies_sql("received_spans", SPAN_KEY, SPANS.column_names)
+    + ";"
+)
+
+
+def _clipped(text: str) -> str:
+    """SQL: `text` cut to `MAX_EVENT_TEXT` characters, as `scoring._clip` cuts it."""
+    return (
+        f"CASE WHEN length({text}) <= {MAX_EVENT_TEXT} THEN {text} "
+        f"ELSE substring({text}, 1, {MAX_EVENT_TEXT - 1}) || '…' END"
+    )
+
+
+_ITEMS_TYPE = """'[{"text": "VARCHAR", "ok": "BOOLEAN", "evidence": "VARCHAR"}]'"""
+
+# The received events as schema 8 showed them: every stored row (migration 8 keeps this text).
+EVERY_RECEIVED_EVENT = "received_span_events"
+# Since schema 10: the first stored copy of each event. No received event has the write-back source
+# (every decoder sets its own; migration 8 deleted the stored write-back events), and saying so
+# lets a filter `source = 'ragpulse'` skip the received events, and the search for their copies,
+# at once.
+FIRST_RECEIVED_EVENTS = (
+    f"({first_copies_sql('received_span_events', EVENT_KEY, SPAN_EVENTS.column_names)}) "
+    f"WHERE source <> '{WRITEBACK_SOURCE}'"
+)
+
+
+def span_events_view(received: str = FIRST_RECEIVED_EVENTS) -> str:
+    """`CREATE VIEW span_events`: the `received` events (what follows FROM), and the write-back event
+    of each score, with the attributes `scoring.event_attributes` gives the event it exports (tests
+    hold the two equal): nulls are left out (`json_merge_patch` drops them)."""
+    return f"""CREATE OR REPLACE VIEW span_events AS
+SELECT trace_id, span_id, time, name, attributes, source, received_at FROM {received}
+UNION ALL
+SELECT trace_id, span_id, created_at AS time, '{EVALUATION_EVENT}' AS name,
+    json_merge_patch('{{}}', json_object(
+        'gen_ai.evaluation.name', name,
+        'gen_ai.evaluation.score.label', coalesce(nullif(label, ''), status),
+        'ragpulse.status', status,
+        'ragpulse.evaluator', evaluator,
+        'ragpulse.revision', revision,
+        'gen_ai.evaluation.score.value', value,
+        'gen_ai.evaluation.explanation', {_clipped("nullif(explanation, '')")},
+        'error.type', CASE WHEN status = 'error' THEN coalesce(nullif(label, ''), 'error') END,
+        'ragpulse.threshold', threshold,
+        'ragpulse.judge.model', nullif(judge_model, ''),
+        'ragpulse.prompt_version', nullif(prompt_version, ''),
+        'ragpulse.items', CASE WHEN json_array_length(items) > 0 THEN to_json(list_transform(
+            from_json(items, {_ITEMS_TYPE})[1:{MAX_EVENT_ITEMS}],
+            i -> {{'text': {_clipped("i.text")}, 'ok': i.ok, 'evidence': {_clipped("i.evidence")}}}
+        ))::VARCHAR END
+    )) AS attributes,
+    '{WRITEBACK_SOURCE}' AS source, created_at AS received_at
+FROM scores;"""
+
+
+SPAN_EVENTS_VIEW = span_events_view()
