@@ -32,7 +32,9 @@ from collector.schema.tables import DOCUMENTS, SCORE_AGGREGATES, SCORES, STEPS, 
 from collector.service import BackgroundService
 from collector.store import open_store
 from collector.store.config import StoreConfig
-from collector.store.ducklake_store import EXTENSIONS, DuckLakeStore, LakeCoordinator, extension_path
+from collector.store.ducklake_connection import EXTENSIONS, extension_path
+from collector.store.ducklake_coordination import LakeCoordinator
+from collector.store.ducklake_store import DuckLakeStore
 from collector.store.sql import QueryError
 from semconv import emit
 from tests.helpers import (

@@ -25,20 +25,16 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from collector.config import Config, ConfigError, load_config
 from collector.datasets import cases_table, read_cases
 from collector.otlp.batch import decode_request
-from collector.probes.runner import (
+from collector.probes.requests import (
     ProbeError,
     ProbeResult,
-    assign_question_traces,
     client_span_request,
-    due_probes,
     expand_headers,
     fill,
     request_url,
-    result_rows,
-    summarize,
-    tally,
     trace_headers,
 )
+from collector.probes.results import assign_question_traces, due_probes, result_rows, summarize, tally
 from collector.schema.tables import PROBE_RUNS
 from collector.service import BackgroundService, Service
 from collector.store.duckdb_store import DuckDBStore

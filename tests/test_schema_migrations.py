@@ -14,7 +14,8 @@ import pytest
 
 from collector.otlp.batch import EVENTS_SCHEMA, SPANS_SCHEMA, empty_batch
 from collector.schema.tables import ALL_TABLES, SPAN_EVENTS, SPANS, TRACES
-from collector.store.duckdb_store import DuckDBStore, schema_version
+from collector.store.duckdb_connection import schema_version
+from collector.store.duckdb_store import DuckDBStore
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS, add_columns
 from collector.store.schema_sql import create_table_sql
 

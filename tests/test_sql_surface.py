@@ -23,7 +23,8 @@ import pytest
 
 from collector.service import BackgroundService, Service
 from collector.store import ReadOnlyStore, StoreError
-from collector.store.duckdb_store import DuckDBStore, connect
+from collector.store.duckdb_connection import connect
+from collector.store.duckdb_store import DuckDBStore
 from collector.store.sql import QueryError, check_read_only, run_query
 from tests.helpers import make_config, post_otlp, sql, trace_request_json
 

@@ -18,7 +18,8 @@ import pytest
 
 from collector.otlp.batch import concat_batches
 from collector.store.config import StoreConfig
-from collector.store.duckdb_store import DuckDBStore, insert_sql
+from collector.store.duckdb_rows import insert_sql
+from collector.store.duckdb_store import DuckDBStore
 from tests.helpers import named_spans_batch, seed_scores
 
 

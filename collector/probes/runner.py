@@ -16,39 +16,54 @@ first time at start-up), for each case of its cases file (or of the cases loaded
 After the last request the run waits (at most `wait` seconds, looking every second) until each
 request's trace is assembled and scored, then records in `probe_runs` what was sent, answered,
 received and missed, each case's result and the scores' summary. Only the leader runs probes
-(`Store.is_leader`: several replicas share one schedule). The judge calls of probe traces go
+(`ProbeRuns.is_leader`: several replicas share one schedule). The judge calls of probe traces go
 through the normal judge stage, under the one judge budget.
 
-The pure parts (templates, headers, the client span, results and summary) are plain functions.
+The pure parts are plain functions: the request, its headers and the client span in `requests.py`,
+what came back (matching, results, summary) in `results.py`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import orjson
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from collector.background import BackgroundWorker
 from collector.datasets import DatasetError, cases_table, read_cases
 from collector.lifecycle import remaining
 from collector.pipeline import IngestPipeline, Overloaded, Stopped
 from collector.probes.config import ProbeConfig
+from collector.probes.requests import (
+    ProbeCase,
+    ProbeError,
+    ProbeResult,
+    client_span_request,
+    expand_headers,
+    fill,
+    new_ids,
+    request_url,
+    trace_headers,
+)
+from collector.probes.results import (
+    assign_question_traces,
+    due_probes,
+    result_rows,
+    settled,
+    summarize,
+    tally,
+)
 from collector.schema.tables import PROBE_RUNS
 from collector.schema.windows import utc_now
 from collector.store.base import ProbeRuns
@@ -56,305 +71,15 @@ from collector.store.health import log_failure
 from collector.store.reads import probes as reads
 from collector.store.sql import QueryError
 from collector.telemetry import Metrics
-from semconv import names
 
 log = logging.getLogger(__name__)
 
-SCOPE_NAME = "ragpulse.probes"
 PROTOCOL = "probe"  # the ingest pipeline's protocol label of ragpulse's own client spans
 POLL_SECONDS = 1.0  # between two looks at the store for a run's traces
 TICK_SECONDS = 1.0  # between two looks at which probes are due
 _NOT_LEADER_WAIT = 10.0  # seconds between two looks at whether this replica leads now
 _SUBMIT_PATIENCE = 10.0  # seconds a client span waits for room in the ingest queue
 _MAX_CASES = 100_000
-_CLOCK_SKEW = timedelta(
-    seconds=1
-)  # an app's trace found by question may start this much "before" its request
-_ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ProbeError(Exception):
-    """A run that cannot run at all (its cases cannot be read, a header variable is not set)."""
-
-
-@dataclass(frozen=True)
-class ProbeCase:
-    case_id: str
-    question: str
-
-
-@dataclass
-class ProbeResult:
-    """One request of a run: what was sent and what came back."""
-
-    case_id: str
-    question: str
-    trace_id: str  # ragpulse's trace (its client span's), which the app continues
-    span_id: str
-    method: str
-    url: str
-    start_ns: int
-    end_ns: int
-    http_status: int | None
-    # answered (2xx) | http_error | timeout | unreachable | error | not_sent
-    outcome: str
-    error: str | None = None
-    latency_ms: float | None = None
-
-    @property
-    def answered(self) -> bool:
-        return self.outcome == "answered"
-
-    @property
-    def sent(self) -> bool:
-        return self.outcome != "not_sent"
-
-
-# --------------------------------------------------------------------------- pure: the request
-
-
-def fill(value: Any, question: str, case_id: str) -> Any:
-    """`{question}` and `{case_id}` replaced in every string of `value` (dicts and lists walked)."""
-    if isinstance(value, str):
-        return value.replace("{question}", question).replace("{case_id}", case_id)
-    if isinstance(value, dict):
-        return {key: fill(item, question, case_id) for key, item in value.items()}
-    if isinstance(value, list):
-        return [fill(item, question, case_id) for item in value]
-    return value
-
-
-def request_url(template: str, question: str, case_id: str) -> str:
-    """The URL with `{question}` and `{case_id}` replaced, percent-encoded (`?q={question}`)."""
-    return template.replace("{question}", quote(question, safe="")).replace(
-        "{case_id}", quote(case_id, safe="")
-    )
-
-
-def expand_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """Header values with `${VAR}` read from `environ`; a variable that is not set is a ProbeError
-    naming the header and the variable."""
-    expanded = {}
-    for name, value in headers.items():
-
-        def variable(match: re.Match[str], header: str = name) -> str:
-            found = environ.get(match.group(1))
-            if found is None:
-                raise ProbeError(
-                    f"request.headers.{header}: environment variable {match.group(1)} is not set"
-                )
-            return found
-
-        expanded[name] = _ENV_VAR.sub(variable, value)
-    return expanded
-
-
-def baggage_header(entries: Mapping[str, str]) -> str:
-    """A W3C `baggage` value: `key=value` pairs, values percent-encoded."""
-    return ",".join(f"{key}={quote(value, safe='')}" for key, value in entries.items())
-
-
-def trace_headers(trace_id: str, span_id: str, probe: str, case_id: str) -> dict[str, str]:
-    """The trace context of one probe request: the app continues ragpulse's trace under its span."""
-    return {
-        "traceparent": f"00-{trace_id}-{span_id}-01",
-        "baggage": baggage_header({names.RAG_CASE_ID: case_id, names.RAG_PROBE: probe}),
-    }
-
-
-def new_ids() -> tuple[str, str]:
-    """A fresh trace id (32 hex digits) and span id (16), never all zeros."""
-    while True:
-        trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
-        if int(trace_id, 16) and int(span_id, 16):
-            return trace_id, span_id
-
-
-def _attribute(key: str, value: str | int) -> KeyValue:
-    if isinstance(value, int):
-        return KeyValue(key=key, value=AnyValue(int_value=value))
-    return KeyValue(key=key, value=AnyValue(string_value=value))
-
-
-def client_span_request(
-    probe: str, service_name: str, run_id: str, result: ProbeResult
-) -> ExportTraceServiceRequest:
-    """ragpulse's CLIENT span of one probe request, as an OTLP export: the root of the trace the app
-    continues (no parent), with the question, the case, the probe and its run, and the HTTP call;
-    status ERROR with the reason when the request failed."""
-    request = ExportTraceServiceRequest()
-    resource_spans = request.resource_spans.add()
-    resource_spans.resource.attributes.append(_attribute("service.name", service_name))
-    scope_spans = resource_spans.scope_spans.add()
-    scope_spans.scope.name = SCOPE_NAME
-    span = scope_spans.spans.add()
-    span.trace_id = bytes.fromhex(result.trace_id)
-    span.span_id = bytes.fromhex(result.span_id)
-    span.kind = Span.SpanKind.SPAN_KIND_CLIENT
-    span.name = f"probe {probe}"
-    span.start_time_unix_nano = result.start_ns
-    span.end_time_unix_nano = max(result.end_ns, result.start_ns)
-    attributes: list[tuple[str, str | int]] = [
-        (names.RAG_PROBE, probe),
-        (names.RAG_PROBE_RUN, run_id),
-        (names.RAG_CASE_ID, result.case_id),
-        (names.RAG_QUESTION, result.question),
-        ("http.request.method", result.method),
-        ("url.full", result.url),
-    ]
-    if result.http_status is not None:
-        attributes.append(("http.response.status_code", result.http_status))
-    span.attributes.extend(_attribute(key, value) for key, value in attributes)
-    if result.error is not None:
-        span.status.code = Status.StatusCode.STATUS_CODE_ERROR
-        span.status.message = result.error
-    return request
-
-
-# --------------------------------------------------------------------------- pure: what came back
-
-
-def scored(row: Mapping[str, Any] | None) -> bool:
-    """Whether an assembled trace's scoring is over: it has scores (and no judge work pending), or
-    it was not sampled for any (`skip`: nothing to score, such as a trace with no RAG step)."""
-    if row is None:
-        return False
-    if row.get("sample_decision") == "skip":
-        return True
-    return bool(row.get("n_scores")) and row.get("judge_status") != "pending"
-
-
-def _continued(row: Mapping[str, Any] | None) -> bool:
-    """Whether ragpulse's trace holds spans of the app too (the app continued the trace)."""
-    return row is not None and (row.get("span_count") or 0) > 1
-
-
-def _utc(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, UTC).replace(tzinfo=None)
-
-
-def _time(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(str(value))
-
-
-def assign_question_traces(
-    results: Sequence[ProbeResult],
-    own: Mapping[str, Mapping[str, Any]],
-    candidates: Iterable[Mapping[str, Any]],
-) -> dict[str, str]:
-    """For the requests whose trace the app did not continue (their trace holds ragpulse's span
-    alone, or has not arrived), the trace the app started instead, found by question: `candidates`
-    are traces matched to a case by question (`trace_id, case_id, start_time`). Each request takes
-    the earliest unclaimed candidate of its case that started after it (less a second of clock
-    skew), in the order the requests were sent. Returns ragpulse's trace id -> the app's."""
-    by_case: dict[str, list[tuple[datetime, str]]] = {}
-    for row in candidates:
-        started = _time(row.get("start_time"))
-        if started is not None and row.get("case_id") is not None:
-            by_case.setdefault(str(row["case_id"]), []).append((started, str(row["trace_id"])))
-    for found in by_case.values():
-        found.sort()
-    taken: set[str] = set()
-    assigned: dict[str, str] = {}
-    for result in sorted(results, key=lambda r: r.start_ns):
-        if not result.sent or _continued(own.get(result.trace_id)):
-            continue
-        sent_at = _utc(result.start_ns) - _CLOCK_SKEW
-        for started, trace_id in by_case.get(result.case_id, []):
-            if trace_id not in taken and started >= sent_at:
-                taken.add(trace_id)
-                assigned[result.trace_id] = trace_id
-                break
-    return assigned
-
-
-def settled(result: ProbeResult, own: Mapping[str, Any] | None, app: Mapping[str, Any] | None) -> bool:
-    """Whether there is nothing more to wait for about one request: its app trace (the continued
-    one, or the one found by question) is assembled and scored; for a request the app did not
-    answer, ragpulse's own trace assembled is enough (such a request may leave no app trace)."""
-    if not result.sent:
-        return True
-    if _continued(own):
-        return scored(own)
-    if app is not None:
-        return scored(app)
-    return own is not None and not result.answered
-
-
-def result_rows(
-    results: Sequence[ProbeResult],
-    own: Mapping[str, Mapping[str, Any]],
-    by_question: Mapping[str, str],
-) -> list[dict[str, Any]]:
-    """The `results` of a run: per case, ragpulse's trace, the app's (the one found by question when
-    the context was dropped, else the same), the HTTP status, latency, error, and whether the app's
-    trace arrived."""
-    rows = []
-    for result in results:
-        continued = _continued(own.get(result.trace_id))
-        app_trace = by_question.get(result.trace_id) if not continued else None
-        rows.append(
-            {
-                "case_id": result.case_id,
-                "question": result.question,
-                "trace_id": result.trace_id,
-                "app_trace_id": app_trace or result.trace_id,
-                "http_status": result.http_status,
-                "latency_ms": None if result.latency_ms is None else round(result.latency_ms, 3),
-                "error": result.error,
-                "outcome": result.outcome,
-                "received": continued or app_trace is not None,
-                "matched_by": "case_id" if continued else "question" if app_trace else None,
-            }
-        )
-    return rows
-
-
-def tally(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """A run's counts from its `results`: cases, answered, errors, traces received and missing."""
-    sent = [r for r in rows if r["outcome"] != "not_sent"]
-    answered = [r for r in sent if r["outcome"] == "answered"]
-    return {
-        "cases": len(rows),
-        "answered": len(answered),
-        "errors": len(sent) - len(answered),
-        "traces_received": sum(bool(r["received"]) for r in sent),
-        "missing_traces": sum(not r["received"] for r in answered),
-    }
-
-
-def summarize(scores: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per score name over a run's traces (`name, value, status` rows): how many, the counts per
-    status, the mean of the values (pass and fail: an error or skipped score has none), and the pass
-    rate over the scores that applied (all but skipped; an error never passes)."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for score in scores:
-        groups.setdefault(str(score["name"]), []).append(score)
-    summary = {}
-    for name in sorted(groups):
-        rows = groups[name]
-        counts = {s: sum(r["status"] == s for r in rows) for s in ("pass", "fail", "error", "skipped")}
-        values = [
-            float(r["value"]) for r in rows if r["status"] in ("pass", "fail") and r["value"] is not None
-        ]
-        applied = len(rows) - counts["skipped"]
-        summary[name] = {
-            "n": len(rows),
-            "n_pass": counts["pass"],
-            "n_fail": counts["fail"],
-            "n_error": counts["error"],
-            "n_skipped": counts["skipped"],
-            "mean": sum(values) / len(values) if values else None,
-            "pass_rate": counts["pass"] / applied if applied else None,
-        }
-    return summary
-
-
-def due_probes(next_due: Mapping[str, datetime], now: datetime, running: Collection[str]) -> list[str]:
-    """The probes whose time has come and that are not running already, in config order."""
-    return [name for name, due in next_due.items() if due <= now and name not in running]
 
 
 # --------------------------------------------------------------------------- the runner

@@ -82,7 +82,7 @@ def spill_directory(assembler: AssemblerConfig, store: StoreConfig) -> Path:
     if assembler.spill_directory:
         return Path(assembler.spill_directory)
     if store.backend == "ducklake":
-        from collector.store.ducklake_store import temp_directory
+        from collector.store.ducklake_connection import temp_directory
 
         # Beside DuckDB's own temporary directory, not in it: DuckDB owns what is in there.
         temporary = temp_directory(store)

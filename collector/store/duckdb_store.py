@@ -8,14 +8,13 @@ cases and SQL readers never wait on a group commit and the writer never waits on
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -24,132 +23,30 @@ import pyarrow.compute as pc
 from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.schema.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY
 from collector.schema.trace_rows import OTHER, TraceTables
-from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError, StoreLocked
+from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError
 from collector.store.config import StoreConfig
-from collector.store.disk import file_identity, probe_directory, probe_log, wal_replay_message
+from collector.store.disk import file_identity, probe_directory, probe_log
+from collector.store.duckdb_connection import (
+    checkpoint_merging,
+    connect,
+    migrate,
+    transaction,
+)
+from collector.store.duckdb_rows import (
+    ids_table,
+    insert_rows,
+    insert_scores,
+    insert_sql,
+    quoted,
+    registered,
+    rows_of,
+)
 from collector.store.health import StoreHealth
-from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.quiet_gate import QuietGate
 from collector.store.schema_sql import first_stored
 from collector.store.sql import QueryResult, run_query
 
-
-def _connection_config(config: StoreConfig | None, read_only: bool) -> dict[str, Any]:
-    # SQL users can reach these connections: no file, network or extension access, ever.
-    settings: dict[str, Any] = {
-        "enable_external_access": False,
-        "autoinstall_known_extensions": False,
-        "autoload_known_extensions": False,
-    }
-    if config is not None and not read_only:
-        settings["checkpoint_threshold"] = f"{config.checkpoint_threshold_mb}MiB"
-        if config.memory_limit:
-            settings["memory_limit"] = config.memory_limit
-        if config.threads:
-            settings["threads"] = config.threads
-        # Automatic checkpoints (the ones commits trigger) write what was appended and merge no row
-        # groups; explicit ones (`checkpoint`, `close`) merge them as DuckDB does. See `_checkpoint_merging`.
-        settings["max_vacuum_tasks"] = 0
-    return settings
-
-
-def connect(
-    path: str | Path, config: StoreConfig | None = None, read_only: bool = False
-) -> duckdb.DuckDBPyConnection:
-    """Open the database file with external access disabled; a held lock raises StoreLocked."""
-    path = Path(path)
-    if read_only and not path.exists():
-        raise StoreError(f"database file {path} does not exist")
-    try:
-        return duckdb.connect(str(path), read_only=read_only, config=_connection_config(config, read_only))
-    except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            raise StoreLocked(f"database file {path} is in use by another process") from None
-        message = None if read_only else wal_replay_message(path, str(exc))
-        raise StoreError(message or f"cannot open database file {path}: {exc}") from None
-    except duckdb.Error as exc:
-        message = None if read_only else wal_replay_message(path, str(exc))
-        raise StoreError(message or f"cannot open database file {path}: {exc}") from None
-
-
-def schema_version(con: duckdb.DuckDBPyConnection) -> int:
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'ragpulse_schema'"
-    ).fetchone()
-    if not exists or not exists[0]:
-        return 0
-    row = con.execute("SELECT max(version) FROM ragpulse_schema").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-def migrate(con: duckdb.DuckDBPyConnection, rewrite: Callable[[str], str] | None = None) -> int:
-    """Bring the schema to the latest version; returns the version found before. `rewrite` adapts
-    each migration's SQL to a backend (a lake keeps its aggregates in a table of another name)."""
-    found = schema_version(con)
-    if found > LATEST_VERSION:
-        raise StoreError(
-            f"database schema version {found} is newer than this ragpulse ({LATEST_VERSION}); "
-            "upgrade ragpulse"
-        )
-    if found == 0:
-        con.execute(
-            "CREATE TABLE IF NOT EXISTS ragpulse_schema "
-            "(version INTEGER, description VARCHAR, applied_at TIMESTAMP)"
-        )
-    for version, description, sql in MIGRATIONS:
-        if version <= found:
-            continue
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute(rewrite(sql) if rewrite else sql)
-            con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-    return found
-
-
-@contextlib.contextmanager
-def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """BEGIN ... COMMIT, rolled back when the block raises.
-
-    A connection kept open (the span writer's) may still be in a transaction that failed and could
-    not be rolled back (a ROLLBACK on a full disk can fail too): every statement on it would then
-    fail with "Current transaction is aborted" long after the disk was freed. Such a transaction is
-    rolled back before the new one begins, and a failed ROLLBACK never hides the error that caused
-    it."""
-    try:
-        con.execute("BEGIN TRANSACTION")
-    except duckdb.TransactionException:
-        con.execute("ROLLBACK")
-        con.execute("BEGIN TRANSACTION")
-    try:
-        yield con
-    except BaseException:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        raise
-    try:
-        con.execute("COMMIT")
-    except duckdb.Error:
-        # A commit that failed (a conflict, where writers race) leaves nothing to keep.
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        raise
-
-
 _IDS = "_trace_ids"
-_NOW = "now()::TIMESTAMP"
-
-# score_aggregates: the aggregates of a set of score rows `s` (after its key columns).
-_AGGREGATES = (
-    "count(*) AS n, count(*) FILTER (s.status = 'pass') AS n_pass, "
-    "count(*) FILTER (s.status = 'fail') AS n_fail, count(*) FILTER (s.status = 'error') AS n_error, "
-    "count(*) FILTER (s.status = 'skipped') AS n_skipped, sum(s.value) AS sum, "
-    "sum(s.value * s.value) AS sum_sq, min(s.value) AS min, max(s.value) AS max"
-)
-
 
 # Every table with rows of one trace, keyed by trace_id: what retention deletes. Judge work is the
 # traces' `judge_status`; aggregates, alerts, canary runs and cases are not per trace and stay.
@@ -182,102 +79,6 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 # How long a checkpoint waits for open transactions to end before running beside them.
 _QUIET_WAIT_SECONDS = 1.0
-# DuckDB's default `max_vacuum_tasks`: the row-group merges one checkpoint may schedule.
-_VACUUM_TASKS = 100
-
-
-def _checkpoint_merging(con: duckdb.DuckDBPyConnection) -> None:
-    """CHECKPOINT with row-group merging on, for this checkpoint only.
-
-    After each checkpoint DuckDB appends to a new row group, and its checkpoints merge the partial
-    ones back ("vacuum"), rewriting rows already written; that work grows with the tables and
-    came to nearly three quarters of their CPU as the tables grew (docs/architecture.md, "Checkpoints").
-    So automatic checkpoints merge nothing (`max_vacuum_tasks = 0` on the connection), and the
-    explicit ones (retention rounds, shutdown) merge, which also compacts row groups with deleted
-    rows (they run with no other transaction open: DuckDB merges in no other kind). A checkpoint a
-    commit starts meanwhile may merge too: harmless."""
-    row = con.execute("SELECT current_setting('max_vacuum_tasks')").fetchone()
-    before = int(row[0]) if row else _VACUUM_TASKS
-    con.execute(f"SET GLOBAL max_vacuum_tasks = {max(before, _VACUUM_TASKS)}")
-    try:
-        con.execute("CHECKPOINT")
-    finally:
-        con.execute(f"SET GLOBAL max_vacuum_tasks = {before}")
-
-
-def quoted(names: Iterable[str], prefix: str = "") -> str:
-    """Column names quoted (a dimension may be named like a keyword), joined by commas."""
-    return ", ".join(f'{prefix}"{name}"' for name in names)
-
-
-def key_match(key: Sequence[str], left: str, right: str) -> str:
-    """Equality of two rows on the aggregates' key (nulls equal: a key column may be null)."""
-    return " AND ".join(f'{left}."{k}" IS NOT DISTINCT FROM {right}."{k}"' for k in key)
-
-
-def buckets_from(keys: pa.Table, alias: str) -> str:
-    """A condition on `alias.bucket`: at or after the earliest bucket of `keys` (aggregate keys).
-
-    The rows to update are in those buckets; as a constant, the bound lets DuckDB skip the row
-    groups of older minutes by their min/max, so an upsert reads the recent part of
-    `score_aggregates` and `scores`, not all of their history (after a month of aggregates, the
-    trace writes cost a fifth to a quarter more without it: bench/README.md)."""
-    earliest = pc.min(keys["bucket"]).as_py()
-    if earliest is None:
-        return "TRUE"
-    return f"{alias}.bucket >= TIMESTAMP '{earliest.isoformat(sep=' ')}'"
-
-
-def with_slices(scores: pa.Table, slices: pa.Table) -> pa.Table:
-    """Score rows with their trace's probe and dimension values (`slices`: trace_id first, then a
-    column per value), so scores and their aggregates are cut like the trace."""
-    index = pc.index_in(scores["trace_id"], value_set=slices["trace_id"])
-    for name in slices.column_names[1:]:
-        column = pc.take(slices[name], index)
-        if name in scores.column_names:
-            scores = scores.set_column(scores.schema.get_field_index(name), name, column)
-        else:
-            scores = scores.append_column(name, column)
-    return scores
-
-
-# With two or more threads, DuckDB plans an INSERT from a source it can split (an Arrow scan) as a
-# batch insert, which gathers the rows per batch and then copies them into the transaction's
-# storage: for the few thousand rows the service writes at a time, that doubled the insert's CPU
-# (bench/store_writes.py). Joined positionally with an empty relation, the rows are the same, in
-# the same order, but the plan has a source that cannot be split, so DuckDB appends them directly,
-# as it does on one thread, while queries keep every thread. (A planner that no longer does so
-# costs CPU, not correctness: tests/test_store_inserts.py checks the plan.)
-_APPEND_DIRECTLY = "POSITIONAL JOIN (SELECT 1 LIMIT 0)"
-
-
-def insert_sql(table: str, source: str) -> str:
-    """`INSERT` of every row of `source` (a registered Arrow table) into `table`, by column name,
-    in order, appended directly (see `_APPEND_DIRECTLY`)."""
-    return f"INSERT INTO {table} BY NAME SELECT r.* FROM {source} r {_APPEND_DIRECTLY}"
-
-
-def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table | None) -> None:
-    if rows is not None and rows.num_rows:
-        with _registered(con, "_rows", rows):
-            con.execute(insert_sql(table, "_rows"))
-
-
-def _rows_of(table: pa.Table, trace_ids: pa.Array) -> pa.Table:
-    return table.filter(pc.is_in(table["trace_id"], value_set=trace_ids))
-
-
-def _ids_table(trace_ids: Iterable[str]) -> pa.Table:
-    return pa.table({"trace_id": pa.array(list(trace_ids), pa.string())})
-
-
-@contextlib.contextmanager
-def _registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
-    con.register(name, table)
-    try:
-        yield
-    finally:
-        con.unregister(name)
 
 
 class DuckDBStore(Store):
@@ -444,10 +245,10 @@ class DuckDBStore(Store):
         def attempt() -> None:
             with self._write_lock, transaction(self._con) as con:
                 if spans.num_rows:
-                    with _registered(con, "_ingest_spans", spans):
+                    with registered(con, "_ingest_spans", spans):
                         con.execute(insert_sql("received_spans", "_ingest_spans"))
                 if events.num_rows:
-                    with _registered(con, "_ingest_events", events):
+                    with registered(con, "_ingest_events", events):
                         con.execute(insert_sql("received_span_events", "_ingest_events"))
 
         self._retrying(attempt)
@@ -458,7 +259,7 @@ class DuckDBStore(Store):
         # Each span and event once, as the views show them, but picked among these traces' rows only.
         span_columns = ", ".join(f"s.{c}" for c in (*SPAN_COLUMNS, "received_at", "resource_attributes"))
         event_columns = ", ".join(f"e.{c}" for c in (*EVENT_COLUMNS, "received_at"))
-        with self._cursor() as con, _registered(con, _IDS, _ids_table(trace_ids)):
+        with self._cursor() as con, registered(con, _IDS, ids_table(trace_ids)):
             spans = con.execute(
                 f"SELECT {span_columns} FROM received_spans s SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id "
                 + first_stored(SPAN_KEY, "s")
@@ -507,7 +308,7 @@ class DuckDBStore(Store):
         return bool(row and row[0])
 
     def assembly_counts(self, trace_ids: Iterable[str]) -> dict[str, int]:
-        with self._cursor() as con, _registered(con, _IDS, _ids_table(trace_ids)):
+        with self._cursor() as con, registered(con, _IDS, ids_table(trace_ids)):
             rows = con.execute(
                 "SELECT t.trace_id, t.assembly_count FROM traces t "
                 f"SEMI JOIN {_IDS} i ON t.trace_id = i.trace_id"
@@ -535,7 +336,7 @@ class DuckDBStore(Store):
     ) -> None:
         affected = None
         if replace:
-            with _registered(con, _IDS, _ids_table(replace)):
+            with registered(con, _IDS, ids_table(replace)):
                 affected = con.execute(
                     f"SELECT DISTINCT {quoted(self.aggregate_key)} FROM scores "
                     f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
@@ -547,84 +348,28 @@ class DuckDBStore(Store):
             ("steps", tables.steps),
             ("documents", tables.documents),
         ):
-            _insert(con, table, rows)
+            insert_rows(con, table, rows)
         slices = tables.traces.select(
             [c for c in ("trace_id", "probe", *self.dimensions) if c in tables.traces.column_names]
         )
-        self._insert_scores(con, tables.scores, tables.outbox, affected, slices)
+        insert_rows(con, "evaluation_outbox", self._stamp(tables.outbox))
+        self._insert_scores(con, tables.scores, affected, slices)
 
     def _insert_scores(
         self,
         con: duckdb.DuckDBPyConnection,
         scores: pa.Table | None,
-        outbox: pa.Table | None,
         affected: pa.Table | None,
         slices: pa.Table,
     ) -> None:
-        """Insert score rows (with their trace's `slices`) and their outbox events, and keep
-        `score_aggregates` in step: the `affected` groups (of replaced scores) are recomputed from
-        `scores`, the others get the new rows added."""
-        key = self.aggregate_key
-        match = functools.partial(key_match, key)
-        aggregates = f"{quoted(key, 's.')}, {_AGGREGATES}"
-        if scores is not None and scores.num_rows:
-            scores = with_slices(scores, slices)
-        _insert(con, "evaluation_outbox", self._stamp(outbox))
-        _insert(con, "scores", scores)
-        if affected is not None and affected.num_rows:
-            with _registered(con, "_affected", affected):
-                con.execute(
-                    f"DELETE FROM {self.aggregates_table} a WHERE {buckets_from(affected, 'a')} "
-                    f"AND EXISTS (SELECT 1 FROM _affected k WHERE {match('a', 'k')})"
-                )
-                con.execute(
-                    f"INSERT INTO {self.aggregates_table} BY NAME SELECT {aggregates}, {_NOW} AS updated_at "
-                    f"FROM scores s SEMI JOIN _affected k ON {match('s', 'k')} "
-                    f"WHERE {buckets_from(affected, 's')} GROUP BY ALL"
-                )
-        if scores is None or not scores.num_rows:
-            return
-        skip = ""
-        with _registered(con, "_new_scores", scores):
-            if affected is not None and affected.num_rows:
-                con.register("_affected", affected)
-                skip = f"ANTI JOIN _affected k ON {match('s', 'k')}"
-            added_sql = f"SELECT {aggregates} FROM _new_scores s {skip} GROUP BY ALL"
-            if not self.aggregates_in_place:  # a row of partial sums per key, summed by readers
-                con.execute(
-                    f"INSERT INTO {self.aggregates_table} BY NAME "
-                    f"SELECT *, {_NOW} AS updated_at FROM ({added_sql})"
-                )
-            else:
-                added = con.execute(added_sql).to_arrow_table()
-            if skip:
-                con.unregister("_affected")
-        if not self.aggregates_in_place:
-            return
-        recent = buckets_from(added, "a")
-        with _registered(con, "_added", added):
-            con.execute(
-                """
-                UPDATE score_aggregates a SET
-                    n = a.n + g.n, n_pass = a.n_pass + g.n_pass, n_fail = a.n_fail + g.n_fail,
-                    n_error = a.n_error + g.n_error, n_skipped = a.n_skipped + g.n_skipped,
-                    sum = coalesce(a.sum, 0) + coalesce(g.sum, 0),
-                    sum_sq = coalesce(a.sum_sq, 0) + coalesce(g.sum_sq, 0),
-                    min = least(a.min, g.min), max = greatest(a.max, g.max),
-                    updated_at = now()::TIMESTAMP
-                FROM _added g WHERE """
-                + f"{recent} AND {match('a', 'g')}"
-            )
-            con.execute(
-                f"INSERT INTO score_aggregates BY NAME SELECT g.*, {_NOW} AS updated_at FROM _added g "
-                f"ANTI JOIN (SELECT * FROM score_aggregates a WHERE {recent}) a "
-                f"ON {match('a', 'g')}"
-            )
+        insert_scores(
+            con, scores, affected, slices, self.aggregate_key, self.aggregates_table, self.aggregates_in_place
+        )
 
     # ---------------------------------------------------------------- judge work
 
     def pending_judge_work(self, limit: int, exclude: Iterable[str] = ()) -> pa.Table:
-        with self._cursor() as con, _registered(con, _IDS, _ids_table(exclude)):
+        with self._cursor() as con, registered(con, _IDS, ids_table(exclude)):
             return con.execute(
                 "SELECT trace_id, assembly_count, sample_reason, expected_answer, "
                 "CAST(expected_documents AS VARCHAR) AS expected_documents "
@@ -636,7 +381,7 @@ class DuckDBStore(Store):
 
     def write_judge_scores(self, revisions: pa.Table, scores: pa.Table, outbox: pa.Table) -> int:
         def body(con: duckdb.DuckDBPyConnection) -> int:
-            with _registered(con, "_revisions", revisions):
+            with registered(con, "_revisions", revisions):
                 current = con.execute(
                     "SELECT r.trace_id FROM _revisions r JOIN traces t ON t.trace_id = r.trace_id "
                     "AND t.assembly_count = r.revision AND t.judge_status = 'pending'"
@@ -644,14 +389,15 @@ class DuckDBStore(Store):
             if not current.num_rows:
                 return 0
             keep = pa.array(current["trace_id"].to_pylist(), pa.string())
-            rows = [_rows_of(table, keep) for table in (scores, outbox)]
-            with _registered(con, _IDS, pa.table({"trace_id": keep})):
+            rows = [rows_of(table, keep) for table in (scores, outbox)]
+            with registered(con, _IDS, pa.table({"trace_id": keep})):
                 slices = con.execute(
                     f"SELECT trace_id, {quoted(('probe', *self.dimensions))} FROM traces "
                     f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
                 ).to_arrow_table()
-            self._insert_scores(con, rows[0], rows[1], None, slices)
-            with _registered(con, _IDS, pa.table({"trace_id": keep})):
+            insert_rows(con, "evaluation_outbox", self._stamp(rows[1]))
+            self._insert_scores(con, rows[0], None, slices)
+            with registered(con, _IDS, pa.table({"trace_id": keep})):
                 con.execute(
                     "UPDATE traces SET judge_status = 'done', scored_at = now()::TIMESTAMP "
                     f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
@@ -661,10 +407,10 @@ class DuckDBStore(Store):
         return self._write(body)
 
     def skip_judge_work(self, trace_ids: Sequence[str], reason: str) -> None:
-        ids = _ids_table(trace_ids)
+        ids = ids_table(trace_ids)
 
         def body(con: duckdb.DuckDBPyConnection) -> None:
-            with _registered(con, _IDS, ids):
+            with registered(con, _IDS, ids):
                 con.execute(
                     "UPDATE traces SET judge_status = ?, sample_decision = 'deterministic', "
                     "sample_reason = ? "
@@ -690,7 +436,7 @@ class DuckDBStore(Store):
         ids = pa.table({"event_id": pa.array(list(event_ids), pa.string())})
 
         def body(con: duckdb.DuckDBPyConnection) -> None:
-            with _registered(con, "_sent", ids):
+            with registered(con, "_sent", ids):
                 con.execute("DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM _sent)")
 
         self._write(body)
@@ -724,15 +470,15 @@ class DuckDBStore(Store):
     def write_alerts(self, states: pa.Table, events: pa.Table, notifications: pa.Table) -> None:
         def body(con: duckdb.DuckDBPyConnection) -> None:
             if states.num_rows:
-                with _registered(con, "_states", states):
+                with registered(con, "_states", states):
                     con.execute(
                         "DELETE FROM alerts a WHERE EXISTS (SELECT 1 FROM _states s WHERE s.alert = a.alert "
                         "AND s.service_name IS NOT DISTINCT FROM a.service_name "
                         "AND s.slice IS NOT DISTINCT FROM a.slice)"
                     )
-            _insert(con, "alerts", states)
-            _insert(con, "alert_events", events)
-            _insert(con, "alert_notifications", notifications)
+            insert_rows(con, "alerts", states)
+            insert_rows(con, "alert_events", events)
+            insert_rows(con, "alert_notifications", notifications)
 
         self._write(body, self._monitoring_lock)
 
@@ -766,7 +512,7 @@ class DuckDBStore(Store):
             return con.execute("SELECT * FROM canary_runs ORDER BY started_at, run_id").to_arrow_table()
 
     def write_canary_run(self, run: pa.Table) -> None:
-        self._write(lambda con: _insert(con, "canary_runs", run), self._monitoring_lock)
+        self._write(lambda con: insert_rows(con, "canary_runs", run), self._monitoring_lock)
 
     # ---------------------------------------------------------------- golden cases
 
@@ -778,7 +524,7 @@ class DuckDBStore(Store):
 
     def write_cases(self, cases: pa.Table) -> None:
         def body(con: duckdb.DuckDBPyConnection) -> None:
-            with _registered(con, "_cases", cases):
+            with registered(con, "_cases", cases):
                 con.execute("DELETE FROM cases WHERE case_id IN (SELECT case_id FROM _cases)")
                 con.execute(insert_sql("cases", "_cases"))
 
@@ -834,14 +580,14 @@ class DuckDBStore(Store):
         return [r[0] for r in rows]
 
     def delete_traces(self, trace_ids: Sequence[str]) -> DeletedRows:
-        ids = _ids_table(dict.fromkeys(trace_ids))
+        ids = ids_table(dict.fromkeys(trace_ids))
 
         # Under the derived-rows lock: assembly, judge results and outbox deletions update these rows
         # too, and two transactions deleting one row would fail one of them. Span appends only add
         # rows, so the span writer goes on meanwhile.
         def body(con: duckdb.DuckDBPyConnection) -> DeletedRows:
             rows: dict[str, int] = {}
-            with _registered(con, _IDS, ids):
+            with registered(con, _IDS, ids):
                 where = f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
                 # Read, then delete (not DELETE ... RETURNING, which a DuckLake table refuses): the
                 # same transaction, so the same rows.
@@ -859,9 +605,9 @@ class DuckDBStore(Store):
 
     def write_probe_run(self, run: pa.Table) -> None:
         def body(con: duckdb.DuckDBPyConnection) -> None:
-            with _registered(con, "_probe_runs", run):
+            with registered(con, "_probe_runs", run):
                 con.execute("DELETE FROM probe_runs WHERE run_id IN (SELECT run_id FROM _probe_runs)")
-            _insert(con, "probe_runs", run)
+            insert_rows(con, "probe_runs", run)
 
         self._write(body, self._monitoring_lock)
 
@@ -884,12 +630,12 @@ class DuckDBStore(Store):
         # write locks no write of ours is in flight; reads and monitoring writes are let finish
         # (for at most a second, span appends waiting), and new ones wait for the checkpoint.
         with self._derived_lock, self._write_lock, self._transactions.alone(_QUIET_WAIT_SECONDS):
-            _checkpoint_merging(self._con)
+            checkpoint_merging(self._con)
 
     def close(self) -> None:
         with self._write_lock:
             try:
                 if not self.read_only:
-                    _checkpoint_merging(self._con)
+                    checkpoint_merging(self._con)
             finally:
                 self._con.close()

@@ -1,13 +1,13 @@
 """The LLM judge: its settings (`settings`), a fail-closed OpenAI-compatible client (`client`, with an
 in-memory verdict cache and room for a persistent one: `VerdictStore`, which ragpulse keeps in
-DuckDB, `collector/store/verdicts.py`), fencing / clipping of untrusted text (`fence`), and what
-the metrics' judge variants share
-(`asking`: their messages, the call, the checks of verdicts). Each metric's own prompt, verdict
-schema and scoring are in its module (`evaluators/metrics/`); they build their prompts with
-`fence_inputs` and call `JudgeClient.judge`.
+DuckDB, `collector/store/verdicts.py`), fencing / clipping of untrusted text (`fence`), the verdict
+schema sent (`wire_schema`), and what the metrics' judge variants share (`asking`: their messages,
+the call, the checks of verdicts). Each metric's own prompt, verdict schema and scoring are in its
+module (`evaluators/metrics/`); they build their prompts with `fence_inputs` and call
+`JudgeClient.judge`.
 
-Names are imported on first use, so reading the `judge:` settings (every command's config) does
-not load the `openai` package.
+Names are imported on first use, so reading the `judge:` settings (every command's config) does not
+load the `openai` package.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ _EXPORTS = {
     "JudgeClient": "client",
     "JudgeResult": "client",
     "VerdictStore": "client",
-    "strict_json_schema": "client",
+    "strict_json_schema": "wire_schema",
     "MAX_DOCUMENT_CHARS": "fence",
     "MAX_TOTAL_CHARS": "fence",
     "ClipReport": "fence",
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
         JudgeClient,
         JudgeResult,
         VerdictStore,
-        strict_json_schema,
     )
     from evaluators.judge.fence import (
         MAX_DOCUMENT_CHARS,
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
         neutralize,
     )
     from evaluators.judge.settings import JudgeSettings
+    from evaluators.judge.wire_schema import strict_json_schema
 
 
 def __getattr__(name: str) -> Any:
