@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 COMPILED_STAMP := $(VENV)/.compiled
 
-.PHONY: install dev compile demo test lint bench screenshots clean
+.PHONY: install dev compile demo test lint wheel-check bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,19 @@ lint: $(STAMP)
 
 test: lint $(COMPILED_STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The wheel as users install it: built from scratch (setuptools leaves build/lib's files of modules
+# since moved or deleted, and the next wheel would ship them), its contents checked
+# (check-wheel-contents, configured in pyproject.toml), installed into a clean venv where
+# `ragpulse demo` must run: its collector, example app and local model server, offline.
+wheel-check: $(STAMP)
+	rm -rf build/wheel build/lib.* build/bdist.*
+	$(BIN)/pip wheel --no-deps --quiet -w build/wheel .
+	$(BIN)/check-wheel-contents build/wheel
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		$(PYTHON) -m venv "$$tmp/venv" && \
+		"$$tmp/venv/bin/pip" install --quiet build/wheel/ragpulse-*.whl && \
+		cd "$$tmp" && venv/bin/ragpulse demo --db "$$tmp/demo.duckdb"
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py

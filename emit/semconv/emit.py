@@ -1,0 +1,1 @@
+../../semconv/emit.py

@@ -1,0 +1,1 @@
+../../semconv/names.py
