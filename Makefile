@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-# LlamaIndex's OpenAI LLM for tests/test_agents_llamaindex.py, without its `openai<3` cap (pyproject.toml).
+# LlamaIndex's OpenAI LLM for tests/frameworks/test_agents_llamaindex.py, without its `openai<3` cap (pyproject.toml).
 LLAMA_INDEX_OPENAI := llama-index-llms-openai==0.8.3
 
 $(STAMP): pyproject.toml setup.py | $(BIN)/python
@@ -66,8 +66,8 @@ bench: $(STAMP)
 
 # The dashboard's pictures in docs/images: the browser tests save each page they look at.
 screenshots: $(STAMP)
-	RAGPULSE_SCREENSHOTS=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/test_dashboard_ui.py \
-		tests/test_dashboard_slices_ui.py
+	RAGPULSE_SCREENSHOTS=docs/images $(BIN)/pytest -q -p no:cacheprovider \
+		tests/collector/dashboard/test_dashboard_ui.py tests/collector/dashboard/test_dashboard_slices_ui.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build

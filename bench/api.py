@@ -35,7 +35,7 @@ from collector.schema.tables import DOCUMENTS, SCORES, STEPS, TRACES  # noqa: E4
 from collector.schema.trace_rows import TraceTables  # noqa: E402
 from collector.schema.windows import utc_now  # noqa: E402
 from collector.store.duckdb_store import DuckDBStore  # noqa: E402
-from tests.helpers import DEFAULT_SCORE_NAMES, free_port, wait_for  # noqa: E402
+from tests.support.helpers import DEFAULT_SCORE_NAMES, free_port, wait_for  # noqa: E402
 
 NAMES = sorted(DEFAULT_SCORE_NAMES)  # the 13 scores of the default evaluators
 SERVICES = ["shop-bot", "support-bot", "search-bot"]
@@ -211,7 +211,7 @@ def time_pages(url: str, repeat: int, screenshot: Path | None) -> None:
     `screenshot`, the 7-day overview is saved there as a picture."""
     from playwright.sync_api import sync_playwright
 
-    from tests.test_dashboard_ui import CHROMIUM, CHROMIUM_ARGS
+    from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 
     newest = httpx.get(f"{url}/api/traces", params={"since": "24h", "limit": 1}, timeout=60).json()
     pages = [*PAGES, ("page: one trace", f"#/trace/{newest['traces'][0]['trace_id']}")]

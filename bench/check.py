@@ -35,7 +35,7 @@ from collector.monitoring.gates import Gate, check_gates  # noqa: E402
 from collector.monitoring.regression import Baseline, RegressionSettings, compare  # noqa: E402
 from collector.schema.windows import Window, utc_now  # noqa: E402
 from collector.store.duckdb_store import DuckDBStore  # noqa: E402
-from tests.helpers import DEFAULT_SCORE_NAMES, seed_scores  # noqa: E402
+from tests.support.helpers import DEFAULT_SCORE_NAMES, seed_scores  # noqa: E402
 
 NAMES = sorted(DEFAULT_SCORE_NAMES)  # the 13 scores of the default evaluators
 SERVICES = ["shop-bot", "support-bot", "search-bot"]

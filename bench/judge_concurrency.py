@@ -4,7 +4,7 @@
 `ragpulse calibrate` and `ragpulse eval` wait on the judge for every verdict, so they run cases on
 `judge.max_concurrency` threads (evaluators.parallel). This runs the shipped calibration set
 (examples/calibration/cases.yaml, every judge evaluator and mode, as `ragpulse calibrate` does)
-through the real judge client against a local OpenAI-protocol server (tests/openai_stub.py) that
+through the real judge client against a local OpenAI-protocol server (tests/support/openai_stub.py) that
 answers a valid verdict after `--latency` seconds, as a model would, first with one worker, then
 with `--workers`. It prints the judge calls, the wall time and the calls per second of each.
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from evaluators.calibration import load_calibration, run_calibration  # noqa: E402
 from evaluators.judge import JudgeClient, JudgeSettings  # noqa: E402
 from evaluators.registry import build_evaluator  # noqa: E402
-from tests.openai_stub import OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
+from tests.support.openai_stub import OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 The case is the one RAGAS 0.4.3 is measured on by bench/ragas_cost.py: three refund questions,
 four retrieved store-policy documents of 301 characters in all (the first sentence of four
 documents of collector/shop_assistant/knowledge_base.yaml), a two-sentence answer and an expected
-answer. The judge is a local OpenAI-protocol server (tests/openai_stub.py) that answers a valid
+answer. The judge is a local OpenAI-protocol server (tests/support/openai_stub.py) that answers a valid
 verdict for whatever it is asked, so the real client sends the real prompts. What is counted:
 
 - calls: chat requests the server received per trace;
@@ -40,7 +40,7 @@ import tokens  # noqa: E402  bench/tokens.py: the same token count as bench/raga
 from evaluators.judge import JudgeClient, JudgeSettings  # noqa: E402
 from evaluators.registry import build_evaluator  # noqa: E402
 from semconv.models import Document, RagTrace, Step  # noqa: E402
-from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
+from tests.support.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
 
 # RAGAS 0.4.3 on this same case, measured by bench/ragas_cost.py (legacy evaluate() with
 # langchain-openai's ChatOpenAI, the lighter of its two set-ups): chat calls, prompt characters and

@@ -4,7 +4,7 @@ judge scores stored, with a judge that takes its time.
 
 Starts `ragpulse serve` (a subprocess, on a fresh DuckDB file) with one judge evaluator
 (`faithfulness`) at `sampling.judge_rate: 1.0`, against a local OpenAI-protocol server that
-answers every verdict after `--latency` seconds (tests/openai_stub.py, as a model would), and
+answers every verdict after `--latency` seconds (tests/support/openai_stub.py, as a model would), and
 sends `--traces` traces of bench/load_generator.py. Then it reads from the store:
 
 - judge-scored traces per second: traces / (last judge result stored - first stored);
@@ -38,8 +38,8 @@ from load_generator import build, send_all
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import free_port, metric, sql, wait_for  # noqa: E402
-from tests.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
+from tests.support.helpers import free_port, metric, sql, wait_for  # noqa: E402
+from tests.support.openai_stub import ChatReply, OpenAIStub, RecordedRequest, passing_verdict  # noqa: E402
 
 
 def main() -> None:

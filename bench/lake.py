@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from collector.store import open_store  # noqa: E402
 from collector.store.config import StoreConfig  # noqa: E402
-from tests.postgres import PostgresServer  # noqa: E402
+from tests.support.postgres import PostgresServer  # noqa: E402
 
 # The dashboard's and the monitor's reads (bench/api.py's requests, minus the 7-day ones: the run
 # holds minutes of data).

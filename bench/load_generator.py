@@ -25,7 +25,7 @@ pause, up to 50 times):
 TRACES is rounded down to a multiple of BATCH_TRACES (default 100); request i is `build(BATCH_TRACES,
 i)`; CONCURRENCY (default 4) threads send them on one channel per target. With several targets (the
 replicas of one lake), each request is split by trace, before the clock starts, the way the
-OpenTelemetry Collector's loadbalancing exporter routes (`routing_key: traceID`; tests/router.py).
+OpenTelemetry Collector's loadbalancing exporter routes (`routing_key: traceID`; tests/support/router.py).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def route(
     if len(targets) == 1:
         return [(targets[0], r) for r in requests]
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.router import HashRing, split_by_endpoint
+    from tests.support.router import HashRing, split_by_endpoint
 
     ring = HashRing(targets)
     return [(target, part) for r in requests for target, part in split_by_endpoint(r, ring).items()]

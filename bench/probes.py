@@ -3,7 +3,7 @@
 the bound its concurrency sets.
 
 Starts an in-process `ragpulse serve` (a fresh DuckDB file, the default mapping worker) and the
-probe test app (tests/probe_app.py: an HTTP app instrumented with the OpenTelemetry SDK, which
+probe test app (tests/support/probe_app.py: an HTTP app instrumented with the OpenTelemetry SDK, which
 continues the probe's trace), made to answer each question after `--latency` seconds. Writes
 `--cases` golden cases to a file, declares one probe over them with `--concurrency`, runs it once and
 reads its `probe_runs` row:
@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from collector.config import Config  # noqa: E402
 from collector.service import BackgroundService  # noqa: E402
-from tests.helpers import free_port, sql, wait_for  # noqa: E402
-from tests.probe_app import KNOWLEDGE_BASE, ProbeApp  # noqa: E402
+from tests.support.helpers import free_port, sql, wait_for  # noqa: E402
+from tests.support.probe_app import KNOWLEDGE_BASE, ProbeApp  # noqa: E402
 
 TOPICS = [(d.id, d.keywords[0]) for d in KNOWLEDGE_BASE]
 

@@ -35,7 +35,7 @@ minutes (`retrieval.hit@5` goes 1 / 0), so the alert `hit-flip` fires and resolv
 **Service config.** Evaluators `retrieval.hit@5`, `.recall@5`, `.mrr@5`, `.ndcg@5` (deterministic, every
 trace) and `faithfulness` (judged, `sampling.judge_rate` 0.01: about 5 judge calls/s); the judge is a
 loopback OpenAI-protocol server (bench/soak_faults.py `FlakyJudge`, verdicts from
-tests/openai_stub.py's `passing_verdict`, one faithfulness verdict in five a fail), with its verdict
+tests/support/openai_stub.py's `passing_verdict`, one faithfulness verdict in five a fail), with its verdict
 cache off and no judge budget limit. Two alerts notify one `format: json` webhook:
 `hit-flip` (`retrieval.hit@5` mean below 0.5) and `judge-errors` (`faithfulness` error rate above
 0.05), both with `window: 60` (the shortest: the previous whole minute and the current one),
@@ -136,7 +136,7 @@ def main() -> None:
         "--tmpfs-mb",
         type=int,
         default=None,
-        help="size of the store's tmpfs (default: 1,024 MiB + 64 MiB per minute at 2,000 spans/s)",
+        help="size of the store's tmpfs (default: 1,024 MiB + 128 MiB per minute at 2,000 spans/s)",
     )
     parser.add_argument(
         "--drain-timeout", type=float, default=300, help="seconds to send the backlog after the load"
@@ -169,7 +169,9 @@ def main() -> None:
 
     schedule = Schedule(args.minutes)
     every = args.sample_every or max(2.0, min(10.0, 10 * schedule.scale))
-    size_mb = args.tmpfs_mb or int(1024 + 64 * args.minutes * args.rate / 2000)
+    # About twice what the store grows to: its shutdown checkpoint merges row groups and needs room
+    # beside them (with 64 MiB a minute, the hour's last checkpoint found the disk full: bench/README.md).
+    size_mb = args.tmpfs_mb or int(1024 + 128 * args.minutes * args.rate / 2000)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     results = args.out or Path(tempfile.gettempdir()) / f"ragpulse-soak-{stamp}"
     results.mkdir(parents=True, exist_ok=True)
@@ -308,6 +310,7 @@ def main() -> None:
             webhook,
             args.judge_grace,
             (service.killed_at - t0) if service.killed_at else None,
+            free,
         )
         summary["analysis"]["rss"] = rss_slopes(samples, service, t0, schedule.warmup)
         summary["health"] = health_summary(samples, [fill, free] if fill and free else None, service)

@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.openai_stub import passing_verdict  # noqa: E402
+from tests.support.openai_stub import passing_verdict  # noqa: E402
 
 
 class FlakyServer:
@@ -116,7 +116,7 @@ class FlakyServer:
 
 class FlakyJudge(FlakyServer):
     """The judge: `POST /v1/chat/completions` answered with a valid verdict for any ragpulse judge
-    prompt (tests/openai_stub.py's `passing_verdict`); for faithfulness, one trace in `fail_every`
+    prompt (tests/support/openai_stub.py's `passing_verdict`); for faithfulness, one trace in `fail_every`
     (by a hash of the prompt's input) gets an unsupported claim, so the score is a real fail."""
 
     def __init__(self, port: int, fail_every: int = 5) -> None:

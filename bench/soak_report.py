@@ -139,15 +139,18 @@ def checks(summary: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             )
     if a:
         tr = a["traces"]
+        left = tr.get("failed_on_full_disk_left_for_restart")
         rows.append(
             (
-                "traces received >15 s before the kill but assembled only after the restart",
+                "traces received before the disk was freed but assembled only after the restart",
                 "0 (assembled once the disk frees)",
+                ("no disk fault before the kill" if left is None else f"{left:,}")
+                + f"; in flight at the kill (received >15 s before it, recovered at the restart): "
                 f"{tr['recovered_received_before_kill_minus_15s']:,}; recovery by received time: "
                 + ", ".join(
                     f"{r['bin_start_s']:.0f}s: {r['traces']}" for r in tr["recovery_by_received_bin"]
                 ),
-                tr["recovered_received_before_kill_minus_15s"] == 0,
+                None if left is None else left == 0,
             )
         )
     kill = svc.get("kill")

@@ -29,6 +29,7 @@ def analyse(
     webhook: WebhookReceiver,
     judge_grace: float,
     service_kill_at: float | None,
+    disk_freed_at: float | None = None,
 ) -> dict[str, Any]:
     """Read the stopped service's store: acked spans found, traces assembled, judge bins,
     notifications, lag."""
@@ -128,9 +129,11 @@ def analyse(
     }
 
     # Traces assembled from the store (`recovery`): at a start, or once the store writes again after
-    # failing. By when their last span was received; those received long before the kill but
-    # assembled only after it waited for the restart (their assembly had failed and nothing took it
-    # back when the store recovered).
+    # failing. By when their last span was received. Those received before the disk was freed but
+    # assembled only after the kill waited for the restart: their assembly had failed on the full
+    # disk and nothing took it back when the store recovered. Those received after the free were in
+    # flight at the kill (the assembler was catching up the backlog): recovered at the restart, as
+    # acknowledged spans should be.
     kill = service_kill_at
     recovered = con.execute(
         f"""SELECT floor((epoch(last_received_at) - {t0}) / {schedule.judge_bin})::BIGINT AS bin, count(*),
@@ -148,15 +151,20 @@ def analyse(
         for b, n, lo, hi, at in recovered
     ]
     early = kill - 2 * DECISION_WAIT - 5 if kill else math.inf
-    waited = (
-        con.execute(
+
+    def assembled_after_kill(received_before: float) -> int:
+        row = con.execute(
             f"""SELECT count(*) FROM traces WHERE assembly_reason = 'recovery' AND {ours}
-                AND epoch(last_received_at) - {t0} < {early} AND epoch(assembled_at) - {t0} >= {kill}"""
+                AND epoch(last_received_at) - {t0} < {received_before}
+                AND epoch(assembled_at) - {t0} >= {kill}"""
         ).fetchone()
-        if kill
-        else None
+        return int(row[0]) if row else 0
+
+    traces["recovered_received_before_kill_minus_15s"] = assembled_after_kill(early) if kill else 0
+    # None: no disk fault before the kill, nothing to check.
+    traces["failed_on_full_disk_left_for_restart"] = (
+        assembled_after_kill(min(disk_freed_at, early)) if kill and disk_freed_at is not None else None
     )
-    traces["recovered_received_before_kill_minus_15s"] = int(waited[0]) if waited else 0
     judge = judge_bins(con, ours, t0, schedule, judge_down, judge_grace)
     notifications = notification_check(con, webhook, t0)
     lag = lag_windows(con, ours, t0, schedule)

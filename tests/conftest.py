@@ -1,5 +1,6 @@
 """Shared fixtures: a real ragpulse service on loopback ports with a real DuckDB file, a `ragpulse
-serve` subprocess, and the OpenAI-protocol stub. Plain helpers are in tests/helpers.py."""
+serve` subprocess, and the OpenAI-protocol stub. The fixtures of one folder's tests are in its own
+conftest.py (tests/collector/store/conftest.py, ...); plain helpers are in tests/support/."""
 
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ from typing import Any
 import pytest
 
 import semconv
-from collector.config import Config
 from collector.service import BackgroundService, Service
 from evaluators.judge import JudgeClient
-from tests.helpers import ServeProcess, make_config, sql
-from tests.judging import evaluator_client
-from tests.openai_stub import OpenAIStub
-from tests.postgres import PostgresServer
+from tests.support.helpers import ServeProcess, make_config, sql
+from tests.support.judging import evaluator_client
+from tests.support.openai_stub import OpenAIStub
+from tests.support.postgres import PostgresServer
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,12 +34,6 @@ def pytest_configure(config: pytest.Config) -> None:
             "(or delete semconv's .so files to test it interpreted)",
             returncode=4,
         )
-
-
-@pytest.fixture
-def config_factory(tmp_path: Path) -> Callable[..., Config]:
-    """`make_config` on this test's tmp_path."""
-    return lambda **sections: make_config(tmp_path, **sections)
 
 
 @pytest.fixture
@@ -74,7 +68,7 @@ def stub() -> Iterator[OpenAIStub]:
 
 @pytest.fixture
 def client(stub: OpenAIStub) -> JudgeClient:
-    """The judge client of the judge-evaluator tests, on `stub` (tests.judging.evaluator_client)."""
+    """The judge client of the judge-evaluator tests, on `stub` (tests.support.judging.evaluator_client)."""
     return evaluator_client(stub)
 
 

@@ -4,7 +4,7 @@ The DDL that migrations create (`store/schema_sql.py`, `store/migrations.py`), t
 that the decoder and the assembler build (`otlp/batch.py`, `schema/trace_rows.py`, `datasets.py`)
 and the columns read back into records (`schema/span_records.py`) are all derived from these
 definitions. Adding a column is one edit here plus a migration (`add_columns`);
-`tests/test_schema_migrations.py` checks that the migrated database has exactly these columns.
+`tests/collector/store/test_schema_migrations.py` checks that the migrated database has exactly these columns.
 """
 
 from __future__ import annotations

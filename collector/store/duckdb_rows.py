@@ -64,7 +64,7 @@ def with_slices(scores: pa.Table, slices: pa.Table) -> pa.Table:
 # (bench/store_writes.py). Joined positionally with an empty relation, the rows are the same, in
 # the same order, but the plan has a source that cannot be split, so DuckDB appends them directly,
 # as it does on one thread, while queries keep every thread. (A planner that no longer does so
-# costs CPU, not correctness: tests/test_store_inserts.py checks the plan.)
+# costs CPU, not correctness: tests/collector/store/test_store_inserts.py checks the plan.)
 _APPEND_DIRECTLY = "POSITIONAL JOIN (SELECT 1 LIMIT 0)"
 
 
