@@ -16,8 +16,8 @@ from evaluators.registry import build_evaluator
 from semconv import RagTrace
 from semconv.mapping import map_trace
 from semconv.options import MappingOptions
-from tests.semconv.test_conventions_wire import TraceBuilder
 from tests.support.agentic import GROUNDED_ANSWER, INVENTED_ANSWER, KNOWLEDGE_BASE, QUESTION, search_docs
+from tests.support.traces import TraceBuilder
 
 FIRST, SECOND = "refund processing time", "return window for items"
 

@@ -27,8 +27,8 @@ import semconv
 from collector.otlp.batch import decode_request
 from collector.schema.span_records import span_records
 from semconv import SpanRecord, map_trace
-from tests.semconv.test_mapper_properties import traces as arbitrary_traces
 from tests.support.helpers import REPO
+from tests.support.span_strategies import traces as arbitrary_traces
 
 # The modules setup.py compiles (its COMPILED list, as module names).
 COMPILED_MODULES = [

@@ -32,8 +32,10 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -623,3 +625,11 @@ def judged_example_app(
             done = "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'"
             wait_for(lambda: sql(service, done)[0]["n"] == sent, timeout=90)
             yield service
+
+
+def logs_request(*records: LogRecord) -> ExportLogsServiceRequest:
+    """One OTLP logs export holding these records."""
+    request = ExportLogsServiceRequest()
+    scope_logs = request.resource_logs.add().scope_logs.add()
+    scope_logs.log_records.extend(records)
+    return request

@@ -33,11 +33,11 @@ from collector.processors.redaction import (
 )
 from collector.service import BackgroundService, Service
 from evaluators.registry import JUDGE_NAMES
-from tests.collector.receivers.test_logs_receiver import logs_request
 from tests.support.helpers import (
     DEFAULT_SCORE_NAMES,
     emit_rag_request,
     fast_assembler,
+    logs_request,
     make_config,
     metric,
     post_otlp,

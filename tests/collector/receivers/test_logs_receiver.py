@@ -27,7 +27,6 @@ from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord as PbLogRecord
@@ -41,6 +40,7 @@ from collector.service import BackgroundService, Service
 from tests.support.helpers import (
     fast_assembler,
     key_values,
+    logs_request,
     make_config,
     metric,
     post_otlp,
@@ -108,13 +108,6 @@ def pb_record(trace_id: bytes, span_id: bytes, event_name: str, **attributes: An
         event_name=event_name,
         attributes=key_values(attributes),
     )
-
-
-def logs_request(*records: PbLogRecord) -> ExportLogsServiceRequest:
-    request = ExportLogsServiceRequest()
-    scope_logs = request.resource_logs.add().scope_logs.add()
-    scope_logs.log_records.extend(records)
-    return request
 
 
 # --------------------------------------------------------------------------- SDK exporters

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
 import threading
 import uuid
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from typing import Any
 
 import duckdb
 import grpc
-import httpx
 import pyarrow as pa
 import pytest
 import yaml
@@ -39,8 +37,6 @@ from collector.store.sql import QueryError
 from semconv import emit
 from tests.support.helpers import (
     DEFAULT_SCORE_NAMES,
-    RAGPULSE,
-    clean_env,
     emit_rag_request,
     fast_assembler,
     free_port,
@@ -49,11 +45,11 @@ from tests.support.helpers import (
     metric,
     run_ragpulse,
     sql,
-    stop_process,
     trace_request,
     wait_for,
 )
 from tests.support.postgres import PostgresServer
+from tests.support.replica import Replica
 from tests.support.router import HashRing, TraceRouter
 
 EMPTY_TRACES, EMPTY_STEPS, EMPTY_DOCUMENTS = (t.arrow_table({}, 0) for t in (TRACES, STEPS, DOCUMENTS))
@@ -84,64 +80,6 @@ def grpc_provider(port: int) -> TracerProvider:
     exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True, timeout=20)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider
-
-
-class Replica:
-    """`ragpulse serve` on the lake, as replica `name`, on ports of its own."""
-
-    def __init__(self, name: str, lake: dict[str, Any], workdir: Path, **assembler: Any) -> None:
-        self.name = name
-        self.grpc_port = free_port()
-        self.http_port = free_port()
-        self.config = workdir / f"{name}.yaml"
-        self.log = workdir / f"{name}.log"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "receivers": {
-                        "host": "127.0.0.1",
-                        "grpc_port": self.grpc_port,
-                        "http_port": self.http_port,
-                    },
-                    "store": {**lake, "replica": name},
-                    "assembler": {**fast_assembler(decision_wait=0.5, max_wait=3), "workers": 0, **assembler},
-                }
-            )
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-    def start(self) -> Replica:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [str(RAGPULSE), "serve", "--config", str(self.config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.config.parent,
-                env=clean_env(PYTHONUNBUFFERED="1"),
-            )
-        wait_for(self._ready, timeout=60, what=f"replica {self.name} to answer /healthz")
-        return self
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            pytest.fail(f"replica {self.name} exited with {self.proc.returncode}:\n{self.log.read_text()}")
-        try:
-            return httpx.get(f"{self.http_url}/healthz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
 
 
 # ------------------------------------------------------------------------------ the router

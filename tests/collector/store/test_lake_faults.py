@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.collector.store.test_ducklake import Replica
 from tests.support.helpers import metric, post_otlp, root_spans_request, sql, wait_for
 from tests.support.postgres import PostgresServer
+from tests.support.replica import Replica
 
 PROTOBUF = "application/x-protobuf"
 
