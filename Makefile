@@ -45,8 +45,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The suite on a process per core (at most four): most tests wait on servers and subprocesses.
 test: lint $(COMPILED_STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n auto --maxprocesses 4
 
 # The wheel as users install it: built from scratch (setuptools leaves build/lib's files of modules
 # since moved or deleted, and the next wheel would ship them), its contents checked
