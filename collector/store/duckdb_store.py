@@ -18,7 +18,6 @@ from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.schema.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY
@@ -32,6 +31,7 @@ from collector.store.duckdb_connection import (
     migrate,
     transaction,
 )
+from collector.store.duckdb_retention import delete_trace_rows, oldest_trace_ids
 from collector.store.duckdb_rows import (
     ids_table,
     insert_rows,
@@ -47,33 +47,6 @@ from collector.store.schema_sql import first_stored
 from collector.store.sql import QueryResult, run_query
 
 _IDS = "_trace_ids"
-
-# Every table with rows of one trace, keyed by trace_id: what retention deletes. Judge work is the
-# traces' `judge_status`; aggregates, alerts, canary runs and cases are not per trace and stay.
-# Spans first: the traces whose spans are deleted are the traces counted as deleted.
-# (`spans` and `span_events` are views: the received rows' tables, copies included, go whole.)
-PER_TRACE_TABLES = (
-    "received_spans",
-    "received_span_events",
-    "traces",
-    "steps",
-    "documents",
-    "scores",
-    "evaluation_outbox",
-)
-
-# The time a trace's age is read from, per row: a span's end (OTLP sends 0 for "unknown", which would
-# make the span look 56 years old: such a span ages from when it arrived); for trace ids with no span,
-# their log events (sent apart from their spans, which may never come) and their assembled rows.
-_SPAN_TIME = "CASE WHEN end_time > TIMESTAMP 'epoch' THEN end_time ELSE received_at END"
-# (Read from every received row, copies included: cheaper than the views, and a copy ages a trace
-# by its arrival only when its end is unknown.)
-_OTHER_TIMES = (
-    "SELECT trace_id, coalesce(time, received_at) AS t, 1 AS other FROM received_span_events "
-    "WHERE source = 'log' "
-    "UNION ALL SELECT trace_id, coalesce(end_time, last_received_at, assembled_at), 1 FROM traces"
-)
-
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
@@ -559,25 +532,7 @@ class DuckDBStore(Store):
 
     def oldest_traces(self, limit: int, before: datetime | None = None) -> list[str]:
         with self._cursor() as con:
-            if before is not None:
-                # The common case, nothing old enough, answered by three column scans instead of a
-                # grouping of every trace.
-                row = con.execute(
-                    f"SELECT least((SELECT min({_SPAN_TIME}) FROM received_spans), "
-                    f"(SELECT min(t) FROM ({_OTHER_TIMES}))) < ?",
-                    [before],
-                ).fetchone()
-                if not row or not row[0]:
-                    return []
-            having = "HAVING newest < ?" if before is not None else ""
-            rows = con.execute(
-                # A trace's spans decide its age; its other rows only when it has no span.
-                "SELECT trace_id, coalesce(max(t) FILTER (other = 0), max(t)) AS newest FROM ("
-                f"SELECT trace_id, {_SPAN_TIME} AS t, 0 AS other FROM received_spans UNION ALL {_OTHER_TIMES}"
-                f") GROUP BY trace_id {having} ORDER BY newest NULLS FIRST, trace_id LIMIT ?",
-                [before, limit] if before is not None else [limit],
-            ).fetchall()
-        return [r[0] for r in rows]
+            return oldest_trace_ids(con, limit, before)
 
     def delete_traces(self, trace_ids: Sequence[str]) -> DeletedRows:
         ids = ids_table(dict.fromkeys(trace_ids))
@@ -586,18 +541,8 @@ class DuckDBStore(Store):
         # too, and two transactions deleting one row would fail one of them. Span appends only add
         # rows, so the span writer goes on meanwhile.
         def body(con: duckdb.DuckDBPyConnection) -> DeletedRows:
-            rows: dict[str, int] = {}
             with registered(con, _IDS, ids):
-                where = f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
-                # Read, then delete (not DELETE ... RETURNING, which a DuckLake table refuses): the
-                # same transaction, so the same rows.
-                spans = con.execute(f"SELECT trace_id FROM received_spans {where}").to_arrow_table()
-                con.execute(f"DELETE FROM received_spans {where}")
-                rows["spans"] = spans.num_rows
-                for table in PER_TRACE_TABLES[1:]:
-                    row = con.execute(f"DELETE FROM {table} {where}").fetchone()
-                    rows[table] = int(row[0]) if row else 0
-            return DeletedRows(traces=pc.count_distinct(spans["trace_id"]).as_py(), rows=rows)
+                return delete_trace_rows(con, _IDS)
 
         return self._write(body)
 
