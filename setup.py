@@ -20,6 +20,7 @@ COMPILED = [
     "semconv/values.py",
     "semconv/documents.py",
     "semconv/mapping.py",
+    "semconv/fields.py",
     "semconv/parallel_trees.py",
     "semconv/tree.py",
     "semconv/tools.py",

@@ -11,49 +11,43 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 from semconv import names, tools
 from semconv.agent_steps import count_calls, final_llm_text, read_tools, tool_fields, with_hosted_retrievals
 from semconv.construct import builder
-from semconv.documents import fill_ids, fill_ids_by_content, fill_metadata_ids
+from semconv.documents import fill_ids_by_content, fill_metadata_ids
+from semconv.fields import (
+    MODEL_KEYS,
+    TOKEN_EVIDENCE,
+    first_of,
+    first_user_message,
+    generic_input,
+    generic_output,
+    llm_input,
+    llm_output,
+    model,
+    provider,
+    retrieval_documents,
+    retrieval_query,
+    tokens,
+)
 from semconv.mappers import genai, langfuse, langsmith, openinference, openllmetry
 from semconv.mappers.text_fields import plain_text, question_text
-from semconv.models import RAG_STEP_KINDS, STEP_KINDS, Document, RagTrace, SpanRecord, Step
+from semconv.models import RAG_STEP_KINDS, STEP_KINDS, RagTrace, SpanRecord, Step
 from semconv.options import DEFAULT_OPTIONS, MappingOptions
 from semconv.parallel_trees import merge_parallel_duplicates
 from semconv.tree import Node, build_tree, group, is_leaf, start_key, unique_spans, unlink
-from semconv.values import first_key, integer, is_absent, lower, string_list, text
+from semconv.values import is_absent, lower, string_list, text
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-NOT_PROVIDERS = frozenset({"langchain", "langgraph"})  # framework names set on chain spans
-
-MODEL_KEYS = (
-    "gen_ai.response.model",
-    "llm.response.model_name",
-    "llm.model_name",
-    "gen_ai.request.model",
-    "llm.request.model_name",
-    "langfuse.observation.model.name",
-)
-PROVIDER_KEYS = ("gen_ai.provider.name", "llm.provider", "gen_ai.system", "llm.system")
-INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens")
-OUTPUT_TOKEN_KEYS = (
-    "gen_ai.usage.output_tokens",
-    "llm.token_count.completion",
-    "gen_ai.usage.completion_tokens",
-)
-TOTAL_TOKEN_KEYS = ("llm.token_count.total", "gen_ai.usage.total_tokens", "llm.usage.total_tokens")
 SESSION_KEYS = (
     "session.id",
     "gen_ai.conversation.id",
     "langfuse.session.id",
     "traceloop.association.properties.session_id",
 )
-TOKEN_EVIDENCE = (*INPUT_TOKEN_KEYS, *OUTPUT_TOKEN_KEYS)
 NAME_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^vector_db_retrieve\b|retriever|^retrieval\b|^retrieve\b", re.IGNORECASE), "retrieval"),
     (re.compile(r"rerank", re.IGNORECASE), "rerank"),
@@ -118,194 +112,6 @@ def _weak_kind(span: SpanRecord) -> tuple[str, str]:
     return "chain", "unknown"
 
 
-# --------------------------------------------------------------------------- fields
-
-
-def _first(*candidates: Callable[[], Any]) -> Any:
-    for candidate in candidates:
-        value = candidate()
-        if not is_absent(value) and value != []:
-            return value
-    return None
-
-
-def _first_of(items: Iterable[T], read: Callable[[T], Any]) -> Any:
-    """The first non-empty value `read` gives over `items`, in order."""
-    for item in items:
-        value = read(item)
-        if not is_absent(value) and value != []:
-            return value
-    return None
-
-
-def model(attrs: dict[str, Any], kind: str) -> str | None:
-    found = first_key(attrs, MODEL_KEYS)
-    if found is None and kind == "embedding":
-        found = attrs.get("embedding.model_name")
-    if found is None and kind == "rerank":
-        found = attrs.get("reranker.model_name")
-    if found is None:
-        params = openinference.invocation_parameters(attrs)
-        found = params.get("model") if params else None
-    return text(found)
-
-
-def provider(attrs: dict[str, Any]) -> str | None:
-    for key in PROVIDER_KEYS:
-        value = lower(attrs.get(key))
-        if value and value not in NOT_PROVIDERS:
-            return value
-    return None
-
-
-MAX_TOKENS = 2**40  # larger (or negative) counts are garbage, and their sums would overflow BIGINT
-
-
-def _token_count(value: Any) -> int | None:
-    count = integer(value)
-    return count if count is not None and 0 <= count < MAX_TOKENS else None
-
-
-def tokens(attrs: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
-    """(input, output, total) tokens of one span."""
-    input_tokens = _token_count(first_key(attrs, INPUT_TOKEN_KEYS))
-    if input_tokens is None:
-        input_tokens = _token_count(langfuse.usage(attrs, "input"))
-    output_tokens = _token_count(first_key(attrs, OUTPUT_TOKEN_KEYS))
-    if output_tokens is None:
-        output_tokens = _token_count(langfuse.usage(attrs, "output"))
-    total = _token_count(first_key(attrs, TOTAL_TOKEN_KEYS))
-    if total is None:
-        total = _token_count(langfuse.usage(attrs, "total"))
-    if total is None and input_tokens is not None and output_tokens is not None:
-        total = input_tokens + output_tokens
-    return input_tokens, output_tokens, total
-
-
-# The readers below try their sources in order with plain statements, not `_first(lambda ...)`:
-# they run for every span, and a closure per source (built whether it is tried or not) and a call
-# through it cost about a tenth of the mapping.
-
-
-def retrieval_query(span: SpanRecord) -> str | None:
-    a = span.attributes
-    found = genai.retrieval_query(a)
-    if is_absent(found):
-        found = openinference.retrieval_query(a)
-    if is_absent(found):
-        found = openllmetry.retrieval_query(a)
-    if is_absent(found):
-        found = langsmith.retrieval_query(a)
-    if is_absent(found):
-        found = langfuse.retrieval_query(a)
-    if is_absent(found):
-        found = text(a.get("reranker.query"))
-    if is_absent(found):
-        found = text(a.get("db.marqo.search.query"))
-    return text(found)
-
-
-def retrieval_documents(span: SpanRecord, kind: str) -> tuple[list[Document], list[Document]]:
-    """(documents in rank order, rerank input documents) of one span."""
-    a = span.attributes
-    input_docs: list[Document] = []
-    if kind == "rerank":
-        input_docs = openinference.reranker_documents(a, "input")
-    found = genai.retrieval_documents(a)
-    if not found:
-        found = openinference.retrieval_documents(a)
-    if not found and kind == "rerank":
-        found = openinference.reranker_documents(a, "output")
-    if not found:
-        found = openllmetry.entity_documents(a)
-    if not found:
-        found = openllmetry.event_documents(span.events)
-    if not found:
-        found = langsmith.completion_documents(a)
-    if not found:
-        found = langfuse.output_documents(a)
-    if not found:
-        found = openinference.output_documents(a)
-    if all(d.id is not None for d in found):
-        return found, input_docs
-    output_docs = openinference.output_documents(a) or langsmith.completion_documents(a)
-    return fill_ids(found, output_docs), input_docs
-
-
-def llm_output(span: SpanRecord) -> str | None:
-    a = span.attributes
-    found = genai.llm_output(a)
-    if is_absent(found):
-        found = openinference.llm_output(a)
-    if is_absent(found):
-        found = openllmetry.llm_output(a)
-    if is_absent(found):
-        found = genai.event_output(span.events)
-    if is_absent(found) and langsmith.SPAN_KIND in a:
-        found = langsmith.llm_output(a)
-    if is_absent(found):
-        found = langfuse.llm_output(a)
-    if is_absent(found):
-        found = openinference.llm_output_value(a)
-    return text(found)
-
-
-def llm_input(span: SpanRecord) -> str | None:
-    a = span.attributes
-    found = genai.llm_input(a)
-    if is_absent(found):
-        found = openinference.llm_input(a)
-    if is_absent(found):
-        found = openllmetry.llm_input(a)
-    if is_absent(found):
-        found = genai.event_input(span.events)
-    if is_absent(found):
-        found = langsmith.llm_input(a)
-    if is_absent(found):
-        found = langfuse.llm_input(a)
-    if is_absent(found):
-        found = text(a.get("input.value"))
-    return text(found)
-
-
-def first_user_message(span: SpanRecord) -> str | None:
-    a = span.attributes
-    return text(
-        _first(
-            lambda: genai.first_user_message(a),
-            lambda: openinference.first_user_message(a),
-            lambda: openllmetry.first_user_message(a),
-            lambda: genai.event_first_user_message(span.events),
-        )
-    )
-
-
-def generic_input(span: SpanRecord) -> str | None:
-    a = span.attributes
-    return text(
-        _first(
-            lambda: a.get("input.value"),
-            lambda: openllmetry.entity_input(a),
-            lambda: langfuse.observation_input(a),
-            lambda: a.get("gen_ai.tool.call.arguments"),
-            lambda: a.get("gen_ai.prompt") if langsmith.SPAN_KIND in a else None,
-        )
-    )
-
-
-def generic_output(span: SpanRecord) -> str | None:
-    a = span.attributes
-    return text(
-        _first(
-            lambda: a.get("output.value"),
-            lambda: openllmetry.entity_output(a),
-            lambda: langfuse.observation_output(a),
-            lambda: a.get("gen_ai.tool.call.result"),
-            lambda: a.get("gen_ai.completion") if langsmith.SPAN_KIND in a else None,
-        )
-    )
-
-
 # --------------------------------------------------------------------------- tree rules
 
 
@@ -349,7 +155,7 @@ def _step(top: Node) -> Step:
             if output:
                 f["output"], representative = output, node
                 break
-        f["input"] = _first_of(order, lambda n: llm_input(n.span))
+        f["input"] = first_of(order, lambda n: llm_input(n.span))
     else:
         f["input"] = generic_input(top.span)
         f["output"] = generic_output(top.span)
@@ -366,8 +172,8 @@ def _step(top: Node) -> Step:
         kind,
         rep.name,
         representative.convention if representative.convention != "unknown" else top.convention,
-        _first_of(order, lambda n: model(n.span.attributes, kind)),
-        _first_of(order, lambda n: provider(n.span.attributes)),
+        first_of(order, lambda n: model(n.span.attributes, kind)),
+        first_of(order, lambda n: provider(n.span.attributes)),
         f["input"],
         f["output"],
         f["query"],
@@ -407,7 +213,7 @@ def _retrieval_fields(top: Node, order: list[Node], f: dict[str, Any]) -> None:
         fill_ids_by_content(f["documents"], results)
     fill_metadata_ids(f["documents"])
     fill_metadata_ids(f["input_documents"])
-    query = _first_of(order, lambda n: retrieval_query(n.span))
+    query = first_of(order, lambda n: retrieval_query(n.span))
     if query is None and top.tool is not None:
         query = tools.query(tools.arguments(top.span.attributes))
     f["query"] = f["input"] = query
@@ -465,7 +271,7 @@ def _question(root: Node, nodes: list[Node], steps: list[Step]) -> str | None:
         # An agent's or a pipeline's root with the user's messages (`invoke_agent`, AGENT spans).
         found = first_user_message(root.span)
     if is_absent(found):
-        found = langfuse.trace_question(a) or _first_of(
+        found = langfuse.trace_question(a) or first_of(
             nodes, lambda n: langfuse.trace_question(n.span.attributes)
         )
     if is_absent(found) and not root_is_step:
@@ -477,7 +283,7 @@ def _question(root: Node, nodes: list[Node], steps: list[Step]) -> str | None:
     if is_absent(found):
         # The first LLM call with a user message (a framework's span that only prepares the
         # request, LlamaIndex's `_prepare_chat_with_tools`, has none).
-        found = _first_of((n for n in nodes if n.kind == "llm"), lambda n: first_user_message(n.span))
+        found = first_of((n for n in nodes if n.kind == "llm"), lambda n: first_user_message(n.span))
     if is_absent(found):
         # A tool's arguments are the agent's words, not the user's: never the question.
         found = _first_retrieval_query(nodes, steps)
@@ -513,7 +319,7 @@ def _answer(root: Node, nodes: list[Node], steps: list[Step]) -> str | None:
         found = _prose(genai.llm_output(a))  # an `invoke_agent` span's own output
     if is_absent(found):
         found = _prose(
-            langfuse.trace_answer(a) or _first_of(nodes, lambda n: langfuse.trace_answer(n.span.attributes))
+            langfuse.trace_answer(a) or first_of(nodes, lambda n: langfuse.trace_answer(n.span.attributes))
         )
     if is_absent(found) and not root_is_step:
         found = _prose(langfuse.root_answer(a))
@@ -598,7 +404,7 @@ def _map_tree(nodes: list[Node], roots: list[Node], options: MappingOptions) -> 
         case_id=text(_any_attr(nodes, names.RAG_CASE_ID)),
         expected_documents=string_list(_any_attr(nodes, names.RAG_EXPECTED_DOCUMENTS)),
         expected_answer=text(_any_attr(nodes, names.RAG_EXPECTED_ANSWER)),
-        session_id=text(_first_of(SESSION_KEYS, lambda key: _any_attr(nodes, key))),
+        session_id=text(first_of(SESSION_KEYS, lambda key: _any_attr(nodes, key))),
         retrieval_ms=_sum(s.duration_ms for s in steps if s.kind in ("retrieval", "rerank")),
         generation_ms=_sum(s.duration_ms for s in steps if s.kind == "llm"),
         input_tokens=_sum(s.input_tokens for s in steps if s.kind == "llm"),

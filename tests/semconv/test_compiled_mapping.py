@@ -35,6 +35,7 @@ COMPILED_MODULES = [
     "semconv.values",
     "semconv.documents",
     "semconv.mapping",
+    "semconv.fields",
     "semconv.parallel_trees",
     "semconv.tree",
     "semconv.tools",
