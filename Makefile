@@ -45,9 +45,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# The suite on a process per core (at most four): most tests wait on servers and subprocesses.
+# Serially: on two processes the suite took 13.5 instead of 19 minutes, but the retention size-cap
+# test failed once beside the lake's tests (it passes alone); `pytest -n 2` runs it that way.
 test: lint $(COMPILED_STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider -n auto --maxprocesses 4
+	$(BIN)/pytest -q -p no:cacheprovider
 
 # The wheel as users install it: built from scratch (setuptools leaves build/lib's files of modules
 # since moved or deleted, and the next wheel would ship them), its contents checked
