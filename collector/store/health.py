@@ -46,6 +46,9 @@ _REASONS = (
     ("server closed the connection", "the catalog database closed the connection"),
     ("connection to server", "the catalog database cannot be reached"),
     ("terminating connection", "the catalog database closed the connection"),
+    # PostgreSQL refuses every statement of a transaction after one failed: the catalog was lost
+    # under it (a bad statement of ours would have failed first, and been logged as a bug).
+    ("current transaction is aborted", "the catalog database aborted the transaction"),
     ("input/output error", "input/output error"),
 )
 

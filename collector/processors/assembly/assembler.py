@@ -85,6 +85,7 @@ class TraceAssembler(Component):
         self._cond = threading.Condition()
         self._stopping = False
         self._recovery_due = False  # set when the store writes again after failing
+        self._history_checked = False  # the start-up recovery asked the store what it holds
         store.health.on_recovery(self._recover_later)
         self._thread = threading.Thread(target=self._run, name="ragpulse-assembler", daemon=True)
 
@@ -147,7 +148,9 @@ class TraceAssembler(Component):
 
     def _run(self) -> None:
         lower_thread_priority(self._config.thread_nice)
-        with self._failures_logged("trace recovery failed; the traces are retried on the next start"):
+        with self._failures_logged(
+            "trace recovery failed; it is tried again when the store writes again, else on the next start"
+        ):
             self._recover()
         while True:
             with self._cond:
@@ -230,6 +233,7 @@ class TraceAssembler(Component):
         """Queue the traces stored but not (or not completely) assembled, e.g. before a crash."""
         pending = self._store.pending_trace_ids()
         self._claims.check_history()
+        self._history_checked = True
         if pending:
             log.info("assembling %d trace(s) stored but not assembled before the last stop", len(pending))
         self._ready.put(recovery(trace_id) for trace_id in pending)
@@ -244,7 +248,10 @@ class TraceAssembler(Component):
     def _recover_after_outage(self) -> None:
         """Queue the stored traces no assembly has seen that are not on their way here (held,
         queued, being mapped, or committed and waiting in the inbox): those whose assembly failed
-        while the store could not write."""
+        while the store could not write, and, when the store failed at start, those stored before."""
+        if not self._history_checked:
+            self._claims.check_history()
+            self._history_checked = True
         stored = self._store.pending_trace_ids()
         known = self._completeness.trace_ids()
         known.update(self._ready.trace_ids())

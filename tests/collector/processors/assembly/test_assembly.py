@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import httpx
 import pyarrow as pa
 import pytest
@@ -44,6 +45,7 @@ from collector.processors.scoring import ScoringSetup
 from collector.schema.trace_rows import TraceTables
 from collector.service import BackgroundService, Service
 from collector.store.duckdb_store import DuckDBStore
+from collector.store.health import QUIET_SECONDS, StoreHealth
 from collector.telemetry import Metrics
 from semconv import emit
 from tests.support.helpers import (
@@ -1265,3 +1267,59 @@ def test_the_store_is_asked_about_root_less_traces_once_per_decision_wait(tmp_pa
     finally:
         assembler.stop()
         store.close()
+
+
+class _FailsFirstRecovery(DuckDBStore):
+    """A store whose first look for unassembled traces fails as a lost catalog does."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.looks = 0
+
+    def pending_trace_ids(self) -> list[str]:
+        self.looks += 1
+        if self.looks == 1:
+            raise duckdb.TransactionException(
+                "TransactionContext Error: Failed to get global stats information from DuckLake: "
+                "Current transaction is aborted (please ROLLBACK)"
+            )
+        return super().pending_trace_ids()
+
+
+def test_a_recovery_failing_at_start_on_the_store_is_run_when_the_store_writes_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The catalog lost while the assembler starts: the traces stored before are not left for the
+    next start but assembled once the store writes again, the store's history is known (a late
+    span of a trace assembled before re-assembles it), and the failure is the store's one ERROR
+    line, not a traceback."""
+    now = [0.0]
+    base = time.time_ns()
+    store = _FailsFirstRecovery(tmp_path / "start.duckdb")
+    store.health = StoreHealth(str(store.path), clock=lambda: now[0])
+    earlier, pending = trace_id_of(6), trace_id_of(7)
+    for trace_id in (earlier, pending):
+        batch = decode_request(otlp_request(trace_id, rag_spans(), base))
+        store.append_spans(batch.spans, batch.events)
+        if trace_id == earlier:
+            store.looks = 1  # this assembly's look is not the one that fails
+            assert TraceAssembler(store, AssemblerConfig(), Metrics()).assemble_stored() == 1
+            store.looks = 0
+    config = AssemblerConfig(poll_interval=0.02, decision_wait=0.2, max_wait=30.0)
+    assembler = TraceAssembler(store, config, Metrics())
+    try:
+        assembler.start()
+        wait_for(lambda: store.health.writable, lambda w: not w, what="the store failing")
+        assert store.health.reason == "the catalog database aborted the transaction"
+        now[0] = QUIET_SECONDS + 1
+        store.health.succeeded()  # a write went through: the store writes again
+        wait_for(store.pending_trace_ids, lambda p: p == [], what="the stored trace assembled")
+        late = decode_request(otlp_request(earlier, [late_llm_span()], base))
+        store.append_spans(late.spans, late.events)
+        assembler.on_commit(late)
+        wait_for(lambda: store.assembly_counts([earlier]), lambda c: c == {earlier: 2}, what="re-assembly")
+    finally:
+        assembler.stop()
+        store.close()
+    assert store.looks >= 2
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
