@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """`ragpulse serve` with a thread that records, every `SERVE_MEMORY_EVERY` seconds (60), where the
-process's memory is: its resident and anonymous memory, glibc malloc's arenas (in use and free,
-`mallinfo2`), DuckDB's jemalloc (allocated, active, resident, retained: `mallctl`), and Python's
-allocated blocks; one JSON line each to `SERVE_MEMORY_OUT` (serve-memory.jsonl).
+process's memory is: its resident and anonymous memory and threads, glibc malloc's arenas (in use
+and free, `mallinfo2`), DuckDB's jemalloc (allocated, active, resident, retained: `mallctl`),
+Python's allocated blocks and CPython's object arenas (`_PyObject_DebugMallocStats`), and the
+anonymous resident memory by kind of mapping (`/proc/self/smaps`: glibc's main heap, its other
+arenas' 64 MiB heaps, stacks, the rest); one JSON line each to `SERVE_MEMORY_OUT`
+(serve-memory.jsonl).
 
     .venv/bin/python bench/serve_memory.py serve --config ragpulse.yaml
     .venv/bin/python bench/soak.py --memory-probe ...     # the soak's service started this way
@@ -19,6 +22,7 @@ import ctypes
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,6 +43,9 @@ MALLINFO_FIELDS = (
     "keepcost",
 )
 JEMALLOC_STATS = ("allocated", "active", "resident", "retained", "mapped", "metadata")
+# glibc's arenas other than the main one live in heaps of this size, aligned to it (HEAP_MAX_SIZE
+# on 64-bit builds); the main arena is the `[heap]` mapping.
+GLIBC_HEAP = 64 << 20
 
 
 class MallInfo2(ctypes.Structure):
@@ -96,12 +103,73 @@ def jemalloc_stats() -> dict[str, int] | None:
     return stats
 
 
+def pymalloc_arenas() -> dict[str, int] | None:
+    """CPython's object allocator: its 1 MiB arenas now and at most (an arena is freed only when
+    every object in it is), read from `_PyObject_DebugMallocStats` into a file of our own (it
+    prints to a C stream: stderr would mix it into the service's log)."""
+    try:
+        stats = ctypes.pythonapi._PyObject_DebugMallocStats  # a PyDLL: called holding the GIL
+        libc = ctypes.CDLL("libc.so.6")
+    except (OSError, AttributeError):
+        return None
+    libc.fopen.restype = ctypes.c_void_p
+    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    stats.argtypes = [ctypes.c_void_p]
+    with tempfile.NamedTemporaryFile("r", suffix=".pymalloc") as out:
+        stream = libc.fopen(out.name.encode(), b"w")
+        if not stream:
+            return None
+        try:
+            stats(stream)
+        finally:
+            libc.fclose(stream)
+        text = out.read()
+    fields = {"# arenas allocated current": "arenas", "# arenas highwater mark": "highwater"}
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() in fields:
+            found[fields[name.strip()]] = int(value.strip().replace(",", ""))
+    return found or None
+
+
+def anonymous_by_mapping() -> dict[str, int]:
+    """The process's anonymous resident memory in MiB by kind of mapping: glibc's main heap
+    (`heap`), its other arenas' heaps (`glibc_heaps`), stacks, file-backed mappings' private copies
+    (`file`) and anonymous mappings of any other allocator (`other`: CPython's arenas, mimalloc,
+    jemalloc, large mallocs served by `mmap`)."""
+    kib: dict[str, int] = {"heap": 0, "glibc_heaps": 0, "stack": 0, "file": 0, "other": 0}
+    kind = "other"
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            first = line.split(maxsplit=6)
+            if "-" in first[0] and not first[0].endswith(":"):  # a mapping's header line
+                start, end = (int(x, 16) for x in first[0].split("-"))
+                path = first[5].strip() if len(first) > 5 else ""
+                if path == "[heap]":
+                    kind = "heap"
+                elif path.startswith("[stack"):
+                    kind = "stack"
+                elif path:
+                    kind = "file"
+                elif start % GLIBC_HEAP == 0 and end - start <= GLIBC_HEAP:
+                    kind = "glibc_heaps"
+                else:
+                    kind = "other"
+            elif first[0] == "Anonymous:":
+                kib[kind] += int(first[1])
+    return {name: value >> 10 for name, value in kib.items()}
+
+
 def sample(started: float) -> dict[str, Any]:
     row: dict[str, Any] = {"t": round(time.time() - started, 1), "wall": time.time()}
     row["rss_mib"] = (status_kib("VmRSS") or 0) >> 10
     row["anon_mib"] = (status_kib("RssAnon") or 0) >> 10
+    row["threads"] = status_kib("Threads")  # a count, not KiB: the same line format
     row["python_blocks"] = sys.getallocatedblocks()
-    for key, read in (("glibc", glibc_arenas), ("jemalloc", jemalloc_stats)):
+    row["anon_by_mapping"] = anonymous_by_mapping()
+    for key, read in (("glibc", glibc_arenas), ("jemalloc", jemalloc_stats), ("pymalloc", pymalloc_arenas)):
         value = read()
         if value is not None:
             row[key] = value

@@ -53,6 +53,9 @@ from tests.support.replica import Replica
 from tests.support.router import HashRing, TraceRouter
 
 EMPTY_TRACES, EMPTY_STEPS, EMPTY_DOCUMENTS = (t.arrow_table({}, 0) for t in (TRACES, STEPS, DOCUMENTS))
+# Several replicas and PostgreSQL take both cores: one process runs the heavy tests one after another
+# (`--dist loadgroup`; tests/collector/store/test_retention.py).
+pytestmark = pytest.mark.xdist_group("heavy")
 QUESTION = "How long do I have to return an item?"
 POLICY = "Items can be returned within 30 days of delivery for a full refund."
 ANSWER = "Items can be returned within 30 days of delivery for a full refund."

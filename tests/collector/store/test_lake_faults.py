@@ -7,10 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.helpers import metric, post_otlp, root_spans_request, sql, wait_for
 from tests.support.postgres import PostgresServer
 from tests.support.replica import Replica
+
+# Several replicas and PostgreSQL take both cores: one process runs the heavy tests one after another
+# (`--dist loadgroup`; tests/collector/store/test_retention.py).
+pytestmark = pytest.mark.xdist_group("heavy")
 
 PROTOBUF = "application/x-protobuf"
 

@@ -266,6 +266,10 @@ def capped(tmp_path: Path) -> Iterator[Service]:
         yield svc
 
 
+# Timed under load: never beside the lake's tests (PostgreSQL and several replicas take both cores;
+# under `pytest -n 2` its longest export once passed 2 s beside them). `--dist loadgroup` runs a
+# group's tests on one process, one after the other.
+@pytest.mark.xdist_group("heavy")
 def test_size_cap_holds_under_steady_load_without_pausing_ingestion(capped: Service) -> None:
     svc = capped
     db = Path(svc.config.store.path)
