@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -15,7 +16,7 @@ from starlette.routing import Route
 from collector.datasets import DatasetError, cases_table, parse_cases
 from collector.processors.assembly.assembler import TraceAssembler
 from collector.store.base import ApiStore
-from collector.store.sql import TRUNCATED_HEADER, QueryError, SqlConfig, user_sql
+from collector.store.sql import ARROW_STREAM, TRUNCATED_HEADER, QueryError, SqlConfig, user_sql
 from collector.telemetry import Metrics
 
 
@@ -24,6 +25,14 @@ class OrjsonResponse(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
+
+
+def arrow_stream(table: pa.Table) -> pa.Buffer:
+    """`table` as an Arrow IPC stream (schema, then its record batches)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
 
 
 class Api:
@@ -95,8 +104,9 @@ class Api:
                 f"{self._sql.max_concurrent} queries are running (sql.max_concurrent); try again later",
                 status_code=503,
             )
+        arrow = ARROW_STREAM in request.headers.get("accept", "")
         try:
-            body, truncated = await run_in_threadpool(self._run, query, max_rows)
+            body, truncated = await run_in_threadpool(self._run, query, max_rows, arrow)
         except QueryError as exc:
             return self._error(str(exc))
         finally:
@@ -104,12 +114,16 @@ class Api:
         self._metrics.sql_queries.labels("ok").inc()
         headers = {TRUNCATED_HEADER: "true"} if truncated else None
         # A view of the answer built while streaming: sent as it is, not copied once more.
-        return Response(memoryview(body), media_type="application/json", headers=headers)
+        media_type = ARROW_STREAM if arrow else "application/json"
+        return Response(memoryview(body), media_type=media_type, headers=headers)
 
-    def _run(self, query: str, max_rows: int) -> tuple[bytes | bytearray, bool]:
-        # A user's query: held to sql.max_bytes and sql.memory_limit, its JSON built as it streams.
-        with user_sql(self._sql):
+    def _run(self, query: str, max_rows: int, arrow: bool) -> tuple[bytes | bytearray | pa.Buffer, bool]:
+        # A user's query: held to sql.max_bytes and sql.memory_limit, its JSON built as it streams,
+        # or its Arrow record batches as one IPC stream.
+        with user_sql(self._sql, arrow=arrow):
             result = self._store.query(query, max_rows, self._sql.timeout)
+        if arrow and result.arrow is not None:
+            return arrow_stream(result.arrow), result.truncated
         return result.to_json(), result.truncated
 
     async def load_cases(self, request: Request) -> Response:

@@ -1,4 +1,5 @@
-"""A client of a running ragpulse's HTTP API (`/api/sql`, `/api/cases`), for the CLI and the demo."""
+"""A client of a running ragpulse's HTTP API (`/api/sql`, `/api/cases`, the dashboard's GETs), for the
+CLI, the demo and the notebook client (`collector.client`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 import httpx
 import orjson
+import pyarrow as pa
 
-from collector.store.sql import TRUNCATED_HEADER
+from collector.store.sql import ARROW_STREAM, TRUNCATED_HEADER
 
 # The API key a command sends to a server (`ragpulse --key K` sets it too).
 KEY_ENV = "RAGPULSE_KEY"
@@ -83,16 +85,41 @@ class ApiClient:
         """The rows of one query (a `collector.store.reads.Query`)."""
         return self.query(sql)[0]
 
+    def arrow(self, sql: str, max_rows: int | None = None) -> tuple[pa.Table, bool]:
+        """(the rows as an Arrow table in DuckDB's types, whether the server stopped at its row
+        limit): `/api/sql` answering an Arrow IPC stream instead of JSON."""
+        body: dict[str, Any] = {"query": sql}
+        if max_rows is not None:
+            body["max_rows"] = max_rows
+        response = self._post("/api/sql", body, accept=ARROW_STREAM)
+        try:
+            table = pa.ipc.open_stream(response.content).read_all()
+        except pa.ArrowInvalid:
+            raise ApiError(f"unexpected answer from {self.url}: not an Arrow stream") from None
+        return table, response.headers.get(TRUNCATED_HEADER) == "true"
+
+    def get(self, path: str, params: dict[str, str] | None = None) -> Any:
+        """The JSON answer of `GET path` (`/api/traces`, `/api/traces/{id}`, ...)."""
+        try:
+            response = self._client.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise ApiError(f"cannot reach ragpulse at {self.url}: {exc}") from None
+        if response.status_code != 200:
+            raise ApiError(_error_message(response, self.url))
+        return _json(response, self.url)
+
     def load_cases(self, cases: Sequence[dict[str, Any]], source: str) -> int:
         """Insert or replace golden cases; returns how many the server loaded."""
         response = self._post("/api/cases", {"source": source, "cases": list(cases)})
         answer = _json(response, self.url)
         return int(answer.get("loaded", 0)) if isinstance(answer, dict) else 0
 
-    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+    def _post(self, path: str, body: dict[str, Any], accept: str = "application/json") -> httpx.Response:
         try:
             response = self._client.post(
-                path, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
+                path,
+                content=orjson.dumps(body),
+                headers={"Content-Type": "application/json", "Accept": accept},
             )
         except httpx.HTTPError as exc:
             raise ApiError(f"cannot reach ragpulse at {self.url}: {exc}") from None

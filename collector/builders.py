@@ -31,6 +31,7 @@ from collector.exporters.forwarder import Forwarder
 from collector.exporters.webhooks import WebhookNotifier
 from collector.http_server import HttpServer, listen
 from collector.lifecycle import Component
+from collector.mcp.http import McpEndpoint
 from collector.monitoring.canaries import CanaryRunner
 from collector.monitoring.evaluator import AlertBook, AlertEvaluator
 from collector.parts import Parts
@@ -286,7 +287,7 @@ def maintenance(parts: Parts) -> list[Component]:
 
 def receivers(parts: Parts) -> list[Component]:
     """`receivers:` (with `auth:` and `tls:`): OTLP/gRPC, and the HTTP port (OTLP/HTTP, the API,
-    the dashboard)."""
+    MCP at `/mcp`, the dashboard)."""
     cfg = parts.config
     keyring = parts.keyring
     assert keyring is not None, "the keys are read before any builder runs"
@@ -306,8 +307,9 @@ def receivers(parts: Parts) -> list[Component]:
         parts.the_store, parts.metrics, cfg.sql, parts.assembler, health=parts.health, ready=parts.readiness
     )
     dashboard = DashboardApi(dashboard_data(parts.read_rows, cfg))
+    mcp = McpEndpoint(parts.the_store, cfg)
     app = Starlette(
-        routes=[*http_receiver.routes(), *api.routes(), *dashboard.routes(), *pages.routes()],
+        routes=[*http_receiver.routes(), *api.routes(), mcp.route(), *dashboard.routes(), *pages.routes()],
         middleware=[
             Middleware(
                 AuthMiddleware,
@@ -323,7 +325,7 @@ def receivers(parts: Parts) -> list[Component]:
         tls.uvicorn_options() if tls else {},
         on_listening=lambda: _write_sidecar(parts),
     )
-    return [parts.grpc, parts.http]
+    return [parts.grpc, mcp, parts.http]
 
 
 def probes(parts: Parts) -> list[Component]:

@@ -75,5 +75,12 @@ def _refusal(decision: Decision, needed: Scope | None, path: str, headers: dict[
     if path.startswith("/v1/"):
         content_type = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
         return status_response(status, code, message, content_type == JSON, extra)
+    if path == "/mcp":  # a JSON-RPC error: MCP clients show its message (a bare 401 reads "internal error")
+        rpc = {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32001 if status == 401 else -32003, "message": message},
+        }
+        return Response(orjson.dumps(rpc), status_code=status, media_type="application/json", headers=extra)
     body: dict[str, Any] = {"error": message}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=extra)

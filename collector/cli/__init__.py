@@ -26,6 +26,7 @@ COMMANDS = {
     "report": "collector.cli.report:report",
     "doctor": "collector.cli.doctor:doctor",
     "probes": "collector.cli.probes:probes",
+    "mcp": "collector.cli.mcp:mcp",
 }
 
 

@@ -7,29 +7,18 @@ little data to decide (a gate below `min_samples`, or `--regression` with nothin
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Any
 
 import click
 import orjson
 
 from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_table
-from collector.monitoring.gates import (
-    Gate,
-    GateKind,
-    GateReport,
-    GateResult,
-    Query,
-    check_gates,
-    check_gates_by,
-)
-from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
+from collector.monitoring.check import CheckRequest, Outcome, failing_slices, outcome_json, run_check
+from collector.monitoring.gates import Gate, GateKind
+from collector.monitoring.regression import Baseline, RegressionSettings
 from collector.schema.scope import Scope, check_dimension, parse_slices
 from collector.schema.windows import Window, parse_duration, parse_time, parse_window, utc_now
-from collector.store.reads.slices import slice_values
 
-EXIT_PASS, EXIT_FAIL, EXIT_INSUFFICIENT = 0, 1, 2
 # Wide enough for score names and services without folding, in a terminal or a CI log.
 TABLE_WIDTH = 130
 
@@ -200,116 +189,23 @@ def check(
         if baseline_version
         else Baseline(shift=baseline_shift)
     )
+    request = CheckRequest(
+        gates=gates,
+        window=window,
+        scope=scope,
+        min_samples=samples,
+        confidence=monitoring.confidence,
+        by=by,
+        baseline=baseline if regression else None,
+        regression=settings,
+    )
     with sql_runner(config, url) as run:
-
-        def query(sql: str) -> list[dict[str, Any]]:
-            return run(sql, config.sql.max_rows)[0]
-
-        confidence = monitoring.confidence
-        reports = check_gates_by(query, gates, window, scope, by, samples, confidence) if by and gates else []
-        # Without --by (or a gate), or with nothing in the window to split: the whole scope's report.
-        reports = reports or [_run(query, gates, window, scope, samples, confidence)]
-        comparisons = None
-        if regression:
-            comparisons = compare_by(query, window, baseline, scope, by, settings)
-    code = exit_code([r for report in reports for r in report.results], comparisons)
-    outcome = Outcome(reports, scope, by, comparisons, baseline, code)
+        outcome = run_check(lambda sql: run(sql, config.sql.max_rows)[0], request)
     if as_json:
-        sys.stdout.write(orjson.dumps(_as_json(outcome)).decode() + "\n")
+        sys.stdout.write(orjson.dumps(outcome_json(outcome)).decode() + "\n")
     else:
         _print(outcome)
-    ctx.exit(code)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one `check` found: a gate report per slice (one without `--by`), the regression
-    comparisons (None without `--regression`) and the exit code."""
-
-    reports: list[GateReport]
-    scope: Scope
-    by: str | None
-    comparisons: list[Comparison] | None
-    baseline: Baseline
-    code: int
-
-
-def _run(
-    query: Query, gates: list[Gate], window: Window, scope: Scope, samples: int, confidence: float
-) -> GateReport:
-    if not gates:
-        return GateReport(window, scope)
-    return check_gates(query, gates, window, scope, samples, confidence)
-
-
-def compare_by(
-    query: Query,
-    window: Window,
-    baseline: Baseline,
-    scope: Scope,
-    by: str | None,
-    settings: RegressionSettings,
-) -> list[Comparison]:
-    """The regression comparisons of the scope, or of each value of `by` (each slice's comparisons
-    tested and corrected on their own, and labelled with their slice)."""
-    if by is None:
-        return compare(query, window, baseline, scope, settings)
-    found = []
-    for value in slice_values(query, window, scope, by):
-        sliced = scope.with_slice(by, value)
-        for comparison in compare(query, window, baseline, sliced, settings):
-            comparison.slice = sliced.slice_label
-            found.append(comparison)
-    return found
-
-
-def failing_slices(reports: list[GateReport]) -> list[str]:
-    """The slices (`category=refunds`) with a failing gate."""
-    return [r.scope.slice_label or "" for r in reports if any(g.status == "fail" for g in r.results)]
-
-
-def exit_code(results: list[GateResult], comparisons: list[Comparison] | None) -> int:
-    """1 when a gate fails or a score regressed; else 2 when a gate lacks data or no comparison had
-    enough on both sides; else 0."""
-    if any(r.status == "fail" for r in results) or any(c.status == "regressed" for c in comparisons or []):
-        return EXIT_FAIL
-    if any(r.status == "insufficient" for r in results):
-        return EXIT_INSUFFICIENT
-    if comparisons is not None and not any(c.status == "ok" for c in comparisons):
-        return EXIT_INSUFFICIENT
-    return EXIT_PASS
-
-
-_VERDICTS = {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_INSUFFICIENT: "insufficient"}
-
-
-def _as_json(outcome: Outcome) -> dict[str, Any]:
-    reports, scope, by, comparisons = outcome.reports, outcome.scope, outcome.by, outcome.comparisons
-    window, code = reports[0].window, outcome.code
-    found: dict[str, Any] = {
-        "status": _VERDICTS[code],
-        "exit_code": code,
-        "window": window.describe(),
-        "service": scope.service,
-        "probe": scope.probe,
-        "slice": scope.slice_label,
-    }
-    if by is None:
-        found["gates"] = [r.as_dict() for r in reports[0].results]
-    else:
-        found["by"] = by
-        found["slices"] = [
-            {"slice": r.scope.slice_label, "gates": [g.as_dict() for g in r.results]} for r in reports
-        ]
-        found["failing_slices"] = failing_slices(reports)
-    return found | {
-        "regression": None
-        if comparisons is None
-        else {
-            "baseline": outcome.baseline.describe(window),
-            "comparisons": [c.as_dict() for c in comparisons],
-        },
-    }
+    ctx.exit(outcome.code)
 
 
 def _number(value: float | None, digits: int = 3) -> str:
@@ -318,7 +214,7 @@ def _number(value: float | None, digits: int = 3) -> str:
 
 def _print(outcome: Outcome) -> None:
     reports, scope, by, comparisons = outcome.reports, outcome.scope, outcome.by, outcome.comparisons
-    baseline, code, window = outcome.baseline, outcome.code, reports[0].window
+    baseline, window = outcome.baseline, reports[0].window
     where = scope.describe() + (f", each {by} apart" if by else "")
     click.echo(f"window {window.start:%Y-%m-%d %H:%M} to {window.end:%Y-%m-%d %H:%M} UTC, {where}")
     if any(report.results for report in reports):
@@ -340,7 +236,7 @@ def _print(outcome: Outcome) -> None:
         failing = failing_slices(reports) if sliced else []
         if failing:
             click.echo(f"failing slices: {'; '.join(failing)}")
-    if comparisons is not None:
+    if comparisons is not None and baseline is not None:
         click.echo(f"regression: against {baseline.describe(window)}")
         rows = [
             [
@@ -372,4 +268,4 @@ def _print(outcome: Outcome) -> None:
             "result",
         ]
         print_table(headers, rows, width=TABLE_WIDTH)
-    click.echo(f"result: {_VERDICTS[code]}")
+    click.echo(f"result: {outcome.verdict}")

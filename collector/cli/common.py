@@ -17,6 +17,7 @@ from collector.datasets import DatasetError
 from collector.replay import ReplayError
 from collector.server_file import running_server_url
 from collector.store import StoreError, StoreLocked, open_store
+from collector.store.reads import SqlRunner
 from collector.store.sql import QueryError
 from evaluators.embeddings import EmbeddingError
 from evaluators.suite import SuiteError
@@ -120,10 +121,6 @@ def writable(config: Config) -> Iterator[None]:
         yield
     except StoreLocked:
         raise StoreError(f"{config.store.path} is held by another process; pass --server URL") from None
-
-
-# Runs one read-only query with a row limit: (rows, whether the limit cut them).
-SqlRunner = Callable[[str, int], tuple[list[dict[str, Any]], bool]]
 
 
 @contextlib.contextmanager

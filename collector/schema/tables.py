@@ -460,3 +460,25 @@ ALL_TABLES: tuple[Table, ...] = (
     CANARY_RUNS,
     PROBE_RUNS,
 )
+
+# What one row of each table users query is (`spans` and `span_events` are views over the received
+# copies, each span and event once): the MCP tool `describe_tables` and `ragpulse://tables` say it.
+MEANINGS: dict[str, str] = {
+    "spans": "a span as received, once however often it was delivered",
+    "span_events": "a span event, once; `source = 'ragpulse'` rows are the scores written back",
+    "received_spans": "every received copy of a span (retries and replays included)",
+    "received_span_events": "every received copy of a span event",
+    "traces": "an assembled trace: question, answer, convention, timings, tokens, sampling, case",
+    "steps": "a step of a trace: retrieval, rerank, llm, tool, agent, ... in order",
+    "documents": "a document a retrieval or rerank step returned, with its rank and score",
+    "cases": "a golden case: a question with its expected documents and answer",
+    "scores": "a score of a trace: value, status, threshold, explanation, items, judge provenance",
+    "score_aggregates": "per minute, service, score, probe and slice: counts and sums of the scores",
+    "evaluation_outbox": "an evaluation event waiting for export over OTLP",
+    "alerts": "an alert rule's state per service",
+    "alert_events": "an alert firing, reminding or resolving",
+    "alert_notifications": "a notification of an alert event to a webhook, and its delivery",
+    "canary_runs": "a judge canary run: accuracy against reference verdicts",
+    "probe_runs": "a probe run: its cases, the traces they made and their summary",
+    "ragpulse_schema": "an applied schema migration",
+}

@@ -102,17 +102,22 @@ class SqlConfig(Section):
 
 # The limits of the user query being run on this thread (None: one of ragpulse's own queries).
 _USER_LIMITS: contextvars.ContextVar[SqlConfig | None] = contextvars.ContextVar("user_sql", default=None)
+# Whether that user asked for Arrow (`Accept: application/vnd.apache.arrow.stream`) instead of JSON.
+_USER_ARROW: contextvars.ContextVar[bool] = contextvars.ContextVar("user_sql_arrow", default=False)
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
 
 
 @contextlib.contextmanager
-def user_sql(config: SqlConfig) -> Iterator[None]:
+def user_sql(config: SqlConfig, arrow: bool = False) -> Iterator[None]:
     """Queries run inside this block (on this thread) are a user's: `run_query` holds them to
-    `sql.max_bytes` and `sql.memory_limit` and encodes their rows to JSON while streaming."""
-    token = _USER_LIMITS.set(config)
+    `sql.max_bytes` and `sql.memory_limit` and encodes their rows to JSON while streaming, or, with
+    `arrow`, keeps them as Arrow record batches in DuckDB's own types (`QueryResult.arrow`)."""
+    limits, as_arrow = _USER_LIMITS.set(config), _USER_ARROW.set(arrow)
     try:
         yield
     finally:
-        _USER_LIMITS.reset(token)
+        _USER_LIMITS.reset(limits)
+        _USER_ARROW.reset(as_arrow)
 
 
 class QueryError(ValueError):
@@ -130,6 +135,7 @@ class QueryResult:
     rows: list[tuple[Any, ...]]
     truncated: bool
     body: bytes | bytearray | None = None
+    arrow: pa.Table | None = None
 
     def records(self) -> list[dict[str, Any]]:
         """Rows as JSON-ready objects (JSON columns parsed, times as ISO 8601 text)."""
@@ -316,6 +322,8 @@ def run_query(cursor: duckdb.DuckDBPyConnection, query: str, max_rows: int, time
         try:
             if watchdog.tripped:  # while binding: do not bind it again for the projection
                 raise duckdb.InterruptException("interrupted")
+            if limits is not None and _USER_ARROW.get():
+                return _stream_arrow(relation, max_rows, limits, watchdog)
             return _stream(relation, max_rows, limits, watchdog)
         except (duckdb.Error, pa.ArrowException) as exc:
             # Errors past the first batch come through Arrow's stream interface (OSError). A LINE
@@ -388,6 +396,33 @@ def _stream(
     if body is not None:
         body += b"]"
     return QueryResult(names, types, rows, truncated, body)
+
+
+def _stream_arrow(
+    relation: duckdb.DuckDBPyRelation, max_rows: int, limits: SqlConfig, watchdog: _Watchdog
+) -> QueryResult:
+    """A user's rows as Arrow, in the types DuckDB exports (no text in place of times or wide
+    integers: a client reads them as they are), held to the same row cap and `sql.max_bytes`."""
+    names = list(relation.columns)
+    types = [str(t) for t in relation.types]
+    outputs = [f"#{i}" for i in range(1, len(names) + 1)]
+    outputs.append(size_check(relation.types, limits.max_bytes))
+    relation = relation.limit(max_rows + 1).project(", ".join(outputs))
+    reader = relation.to_arrow_reader(BATCH_ROWS)
+    batches: list[pa.RecordBatch] = []
+    count, truncated = 0, False
+    for batch in reader:
+        if watchdog.tripped:
+            raise duckdb.InterruptException("interrupted")
+        if count + batch.num_rows > max_rows:
+            batch, truncated = batch.slice(0, max_rows - count), True
+        count += batch.num_rows
+        batches.append(batch)
+        if truncated:
+            break
+    # Without the size check's column, under the query's own column names.
+    table = pa.Table.from_batches(batches, reader.schema).drop_columns([reader.schema.names[-1]])
+    return QueryResult(names, types, [], truncated, arrow=table.rename_columns(names))
 
 
 def _values(array: pa.Array | pa.ChunkedArray, column: Column) -> list[Any]:

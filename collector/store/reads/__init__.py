@@ -12,3 +12,5 @@ from typing import Any
 
 # Runs one read-only SELECT and returns its rows as dicts.
 Query = Callable[[str], list[dict[str, Any]]]
+# Runs one read-only query of a user's with a row limit: (rows, whether the limit cut them).
+SqlRunner = Callable[[str, int], tuple[list[dict[str, Any]], bool]]

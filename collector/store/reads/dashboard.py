@@ -237,7 +237,8 @@ def documents_sql(trace_id: str) -> str:
 def scores_sql(trace_id: str) -> str:
     return (
         "SELECT span_id, name, value, status, threshold, label, explanation, items, evaluator, "
-        "judge_provider, judge_model, prompt_version, judge_input_tokens, judge_output_tokens, latency_ms, "
+        "judge_provider, judge_model, prompt_version, config_hash, judge_input_tokens, judge_output_tokens, "
+        "latency_ms, "
         f"created_at FROM scores WHERE trace_id = {sql_string(trace_id)} ORDER BY name"
     )
 

@@ -48,6 +48,7 @@ from tests.support.helpers import (
     trace_request,
     wait_for,
 )
+from tests.support.mcp_client import content, over_http
 from tests.support.postgres import PostgresServer
 from tests.support.replica import Replica
 from tests.support.router import HashRing, TraceRouter
@@ -347,6 +348,10 @@ def test_a_service_on_the_lake_scores_traces_and_another_process_reads_them(
             "report", "--config", str(config_file), "--since", "1h", "--out", str(tmp_path / "r.html"),
             cwd=tmp_path,
         )  # fmt: skip
+        # An agent reads the lake's tables over MCP (the lake's catalog, not its metadata's).
+        tables = content(over_http(service.http_url, lambda s: s.call_tool("describe_tables", {})))["tables"]
+    names = [t["name"] for t in tables]
+    assert names[:2] == ["spans", "span_events"] and "scores" in names and len(names) == len(set(names))
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [r["trace_id"] for r in rows] == sorted(trace_ids)

@@ -7,18 +7,14 @@ Spans are sent to a real service over OTLP/JSON on loopback; every refused query
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import httpx
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from collector.service import BackgroundService, Service
@@ -27,6 +23,7 @@ from collector.store.duckdb_connection import connect
 from collector.store.duckdb_store import DuckDBStore
 from collector.store.sql import QueryError, check_read_only, run_query
 from tests.support.helpers import make_config, post_otlp, sql, trace_request_json
+from tests.support.sql_escapes import REFUSED_WRITES, counting_http_server, file_queries
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 ROOT, CHILD, GRANDCHILD = "b7ad6b7169203331", "00f067aa0ba902b7", "1111111111111111"
@@ -90,36 +87,11 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         yield service
 
 
-class _CountingHandler(BaseHTTPRequestHandler):
-    hits: list[str]
-
-    def do_GET(self) -> None:
-        self.hits.append(self.path)
-        body = b"a,b\n1,2\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_HEAD = do_GET
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def http_target() -> Iterator[tuple[str, list[str]]]:
     """A real HTTP server on loopback serving a CSV; the list records every request it gets."""
-    hits: list[str] = []
-    handler = type("Handler", (_CountingHandler,), {"hits": hits})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", hits
-    finally:
-        server.shutdown()
-        server.server_close()
+    with counting_http_server() as target:
+        yield target
 
 
 # ---------------------------------------------------------------- check_read_only
@@ -237,21 +209,7 @@ def test_live_describe_show_summarize_pragma(svc):
     assert plan[0]["explain_key"] == "physical_plan"
 
 
-@pytest.mark.parametrize(
-    "query",
-    [
-        "DELETE FROM spans",
-        "DROP TABLE spans",
-        "UPDATE spans SET name = 'x'",
-        "INSERT INTO spans (trace_id, span_id) VALUES ('a', 'b')",
-        "CREATE TABLE t AS SELECT 1",
-        "ATTACH ':memory:' AS m",
-        "COPY spans TO 'x.csv'",
-        "SET enable_external_access = true",
-        "CHECKPOINT",
-        "SELECT 1; DELETE FROM spans",
-    ],
-)
+@pytest.mark.parametrize("query", REFUSED_WRITES)
 def test_live_writes_are_refused_and_spans_unchanged(svc, query):
     before = fingerprint(svc)
     response = post_sql(svc, query)
@@ -276,36 +234,10 @@ def test_live_explain_analyze_of_a_write_is_refused_and_spans_unchanged(tmp_path
         assert "read-only" in response.json()["error"]
 
 
-def _file_queries(tmp_path: Path, url: str) -> list[tuple[str, str]]:
-    """Queries reaching files or the network, with the text the refusal must contain."""
-    parquet = tmp_path / "real.parquet"
-    pq.write_table(pa.table({"a": [1, 2]}), parquet)
-    json_file = tmp_path / "real.json"
-    json_file.write_text('[{"a": 1}]')
-    disabled = "disabled by configuration"
-    return [
-        ("SELECT * FROM read_csv('/etc/passwd')", disabled),
-        ("SELECT * FROM read_csv_auto('/etc/passwd')", disabled),
-        (f"SELECT * FROM read_parquet('{parquet}')", disabled),
-        (f"SELECT * FROM parquet_metadata('{parquet}')", disabled),
-        (f"SELECT * FROM read_json('{json_file}')", disabled),
-        ("SELECT * FROM read_text('/etc/passwd')", disabled),
-        ("SELECT * FROM read_blob('/etc/passwd')", disabled),
-        ("SELECT * FROM glob('/etc/*')", disabled),
-        ("SELECT * FROM sniff_csv('/etc/passwd')", disabled),
-        ("FROM '/etc/passwd'", "/etc/passwd"),
-        (f"SELECT * FROM '{parquet}'", "real.parquet"),
-        ("SELECT * FROM read_csv('http://127.0.0.1:1/x.csv')", disabled),
-        (f"SELECT * FROM read_csv('{url}/x.csv')", disabled),
-        (f"SELECT * FROM read_text('{url}/x.txt')", disabled),
-        (f"SELECT * FROM '{url}/y.csv'", "y.csv"),
-    ]
-
-
 def test_live_file_and_network_access_refused(svc, tmp_path, http_target):
     url, hits = http_target
     before = fingerprint(svc)
-    for query, expected in _file_queries(tmp_path, url):
+    for query, expected in file_queries(tmp_path, url):
         response = post_sql(svc, query)
         assert response.status_code == 400, (query, response.text)
         error = response.json()["error"]
@@ -322,7 +254,7 @@ def test_read_only_file_refuses_file_network_and_writes(tmp_path, http_target):
         send_spans(service)
     con = connect(path, read_only=True)
     try:
-        for query, expected in _file_queries(tmp_path, url):
+        for query, expected in file_queries(tmp_path, url):
             with pytest.raises(QueryError) as caught:
                 run_query(con, query, 100, 10)
             assert expected in str(caught.value), query
