@@ -23,6 +23,7 @@ import pyarrow as pa
 from collector.api_client import ApiClient, ApiError
 from collector.config import Config
 from collector.mcp.tools import BadArgument, Tools
+from collector.monitoring.gates import GateKind
 
 __all__ = ["ApiError", "BadArgument", "Client", "TruncatedResult"]
 
@@ -80,6 +81,10 @@ class Client:
         """The gates of `ragpulse check` (`min={"faithfulness": 0.8}`, ...) over the window (`since`
         default 24h): each gate's value, n, interval and result, and `status` pass | fail |
         insufficient, with the server's scores and this machine's default `monitoring:` settings."""
-        gates = {"min": min, "min_pass_rate": min_pass_rate, "max_error_rate": max_error_rate}
+        gates: dict[GateKind, dict[str, float] | float | None] = {
+            "min": min,
+            "min_pass_rate": min_pass_rate,
+            "max_error_rate": max_error_rate,
+        }
         window = {"since": since, "until": until, "service": service, "probe": probe}
-        return self._tools.check_quality(gates, window).content  # type: ignore[arg-type]
+        return self._tools.check_quality(gates, window).content

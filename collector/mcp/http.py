@@ -18,6 +18,7 @@ from collector.lifecycle import Component
 from collector.mcp.server import build_server
 from collector.mcp.tools import Tools
 from collector.store.base import SqlReads
+from collector.store.reads import SqlRunner
 from collector.store.sql import QueryError, SqlConfig, user_sql
 
 PATH = "/mcp"
@@ -60,7 +61,7 @@ class McpEndpoint(Component):
             await self._task
 
 
-def user_queries(store: SqlReads, sql: SqlConfig) -> Any:
+def user_queries(store: SqlReads, sql: SqlConfig) -> SqlRunner:
     """The tools' SQL on the service's store, held as `POST /api/sql` holds a user's: the read-only
     guard, `sql.max_rows`, `sql.timeout`, `sql.max_bytes`, `sql.memory_limit`, and at most
     `sql.max_concurrent` at once (a call past them waits up to `sql.timeout` for a turn)."""

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from collector.api_client import ApiError
 from collector.mcp.tools import Answer, BadArgument, Tools
+from collector.monitoring.gates import GateKind
 from collector.probes.report import UnknownRun
 from collector.store.sql import QueryError
 
@@ -225,8 +226,12 @@ def build_server(tools: Tools) -> MCPServer:
         by: By = None,
     ) -> Annotated[CallToolResult, CheckResult]:
         window = {"since": since, "until": until, "service": service, "slice": slice, "probe": probe}
-        gates = {"min": min, "min_pass_rate": min_pass_rate, "max_error_rate": max_error_rate}
-        return _answer(lambda: tools.check_quality(gates, window, by))  # type: ignore[arg-type]
+        gates: dict[GateKind, dict[str, float] | float | None] = {
+            "min": min,
+            "min_pass_rate": min_pass_rate,
+            "max_error_rate": max_error_rate,
+        }
+        return _answer(lambda: tools.check_quality(gates, window, by))
 
     @server.tool(
         description="Scores that dropped against a baseline window, as `ragpulse check --regression` "
