@@ -16,17 +16,20 @@ store's own write path (so `score_aggregates` is maintained as `serve` maintains
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -150,32 +153,42 @@ def main() -> None:
         args.db.unlink(missing_ok=True)
         print(f"generating {args.traces:,} traces ({args.traces * len(NAMES):,} scores) in {args.db}")
         generate(args.db, args.traces, args.days)
+    with serving(args.db) as url:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for label, path, params in REQUESTS:
+                client.get(path, params=params).raise_for_status()  # warm-up
+                times = []
+                for _ in range(args.repeat):
+                    started = time.perf_counter()
+                    response = client.get(path, params=params)
+                    times.append(time.perf_counter() - started)
+                    response.raise_for_status()
+                body = response.json()
+                size = _size(body)
+                print(
+                    f"{label}: {statistics.median(times) * 1000:.0f} ms median of {args.repeat} "
+                    f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}; {size})"
+                )
+        if args.browser:
+            time_pages(url, args.repeat, args.screenshot)
+
+
+@contextlib.contextmanager
+def serving(db: Path, config: dict[str, Any] | None = None) -> Iterator[str]:
+    """`ragpulse serve --db DB` (with `config` as its config file) on free ports; yields its URL."""
     http_port = free_port()
     with tempfile.TemporaryDirectory() as workdir:
-        command = [str(ROOT / ".venv/bin/ragpulse"), "serve", "--db", str(args.db)]
+        command = [str(ROOT / ".venv/bin/ragpulse"), "serve", "--db", str(db)]
         command += ["--grpc-port", str(free_port()), "--http-port", str(http_port)]
+        if config is not None:
+            (config_file := Path(workdir) / "ragpulse.yaml").write_text(yaml.safe_dump(config))
+            command += ["--config", str(config_file)]
         log = (Path(workdir) / "serve.log").open("wb")
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
         url = f"http://127.0.0.1:{http_port}"
         try:
             wait_for(lambda: _up(url), timeout=120, what="ragpulse serve")
-            with httpx.Client(base_url=url, timeout=60) as client:
-                for label, path, params in REQUESTS:
-                    client.get(path, params=params).raise_for_status()  # warm-up
-                    times = []
-                    for _ in range(args.repeat):
-                        started = time.perf_counter()
-                        response = client.get(path, params=params)
-                        times.append(time.perf_counter() - started)
-                        response.raise_for_status()
-                    body = response.json()
-                    size = _size(body)
-                    print(
-                        f"{label}: {statistics.median(times) * 1000:.0f} ms median of {args.repeat} "
-                        f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}; {size})"
-                    )
-            if args.browser:
-                time_pages(url, args.repeat, args.screenshot)
+            yield url
         finally:
             server.terminate()
             server.wait(60)

@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,18 +28,16 @@ from typing import Any
 
 import anyio
 import httpx2
-import yaml
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from api import NAMES, _up, generate  # noqa: E402
+from api import NAMES, generate, serving  # noqa: E402
 
 from collector.api_client import ApiClient  # noqa: E402
 from collector.client import Client  # noqa: E402
-from tests.support.helpers import free_port, wait_for  # noqa: E402
 
 MILLION = 1_000_000
 SCORES_SQL = "SELECT trace_id, name, value, created_at FROM scores"
@@ -119,26 +115,13 @@ def main() -> None:
     if not args.db.exists():
         print(f"generating {args.traces:,} traces ({args.traces * len(NAMES):,} scores) in {args.db}")
         generate(args.db, args.traces, 7.0)
-    http_port = free_port()
-    with tempfile.TemporaryDirectory() as workdir:
-        config = Path(workdir) / "ragpulse.yaml"
-        # Room for the million-row answers; the defaults (10,000 rows, 64 MiB) would refuse them.
-        sql = {"max_rows": MILLION, "max_bytes": 2**31, "memory_limit": "4GB", "timeout": 300}
-        config.write_text(yaml.safe_dump({"sql": sql}))
-        command = [str(ROOT / ".venv/bin/ragpulse"), "serve", "--db", str(args.db), "--config", str(config)]
-        command += ["--grpc-port", str(free_port()), "--http-port", str(http_port)]
-        log = (Path(workdir) / "serve.log").open("wb")
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-        url = f"http://127.0.0.1:{http_port}"
-        try:
-            wait_for(lambda: _up(url), timeout=120, what="ragpulse serve")
-            with ApiClient(url) as api:
-                sample = api.query("SELECT trace_id FROM traces USING SAMPLE 1000 ROWS", 1000)[0]
-            mcp_figures(url, args.repeat, [r["trace_id"] for r in sample])
-            client_figures(url, args.repeat)
-        finally:
-            server.terminate()
-            server.wait(60)
+    # Room for the million-row answers; the defaults (10,000 rows, 64 MiB) would refuse them.
+    sql = {"max_rows": MILLION, "max_bytes": 2**31, "memory_limit": "4GB", "timeout": 300}
+    with serving(args.db, {"sql": sql}) as url:
+        with ApiClient(url) as api:
+            sample = api.query("SELECT trace_id FROM traces USING SAMPLE 1000 ROWS", 1000)[0]
+        mcp_figures(url, args.repeat, [r["trace_id"] for r in sample])
+        client_figures(url, args.repeat)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,13 @@ import pytest
 
 from collector.client import ApiError, BadArgument, Client
 from collector.service import Service
-from tests.support.helpers import judged_example_app, sql
-from tests.support.openai_stub import passing_verdict
+from tests.support.helpers import sql
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with judged_example_app(
-        tmp_path_factory.mktemp("client"), ("healthy", "degraded"), passing_verdict
-    ) as service:
-        yield service
+def served(judged_shop: Service) -> Service:
+    """12 healthy and 12 degraded traces of the example app, all scored, judge included."""
+    return judged_shop
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ from collector.schema.tables import PROBE_RUNS
 from collector.service import BackgroundService, Service
 from collector.store.duckdb_store import DuckDBStore
 from tests.support.helpers import fast_assembler, free_port, metric, run_ragpulse, sql, wait_for
+from tests.support.mcp_client import content, over_http, text
 from tests.support.probe_app import ProbeApp
 
 CASES: list[dict[str, Any]] = [
@@ -603,6 +604,22 @@ def test_the_json_api_lists_runs_and_reports_one(probed: Probed) -> None:
     missing = httpx.get(f"{base}/api/probes/nosuchrun", timeout=10)
     assert missing.status_code == 404 and "nosuchrun" in missing.json()["error"]
     assert httpx.get(f"{base}/api/probes", params={"limit": 0}, timeout=10).status_code == 400
+
+
+def test_an_agent_reads_a_probe_run_over_mcp(probed: Probed) -> None:
+    """`get_probe_run` answers what `/api/probes/{run_id}` does: a run, or the latest of a probe."""
+    base = probed.service.http_url
+    healthy = probed.runs["healthy"]["run_id"]
+
+    async def read(session: Any) -> tuple[Any, Any]:
+        one = await session.call_tool("get_probe_run", {"run_id": healthy})
+        latest = await session.call_tool("get_probe_run", {"probe": "golden"})
+        return one, latest
+
+    one, latest = over_http(base, read)
+    assert content(one) == httpx.get(f"{base}/api/probes/{healthy}", timeout=10).json()
+    assert text(one) == f"probe run {healthy} of golden: done"
+    assert content(latest)["run"]["run_id"] == probed.runs["no_traces"]["run_id"]
 
 
 def test_failing_requests_and_runs_that_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,6 @@ bad parameters, and that nothing can be written through it."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,19 +13,15 @@ import httpx
 import pytest
 
 from collector.service import Service
-from tests.support.helpers import judged_example_app, run_ragpulse, sql
-from tests.support.openai_stub import passing_verdict
+from tests.support.helpers import run_ragpulse, sql
 
 TRACES_PER_MODE = 12  # the example app's question set
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """One service for the module: 12 healthy and 12 degraded traces, all scored, judge included."""
-    with judged_example_app(
-        tmp_path_factory.mktemp("dashboard"), ("healthy", "degraded"), passing_verdict
-    ) as service:
-        yield service
+def served(judged_shop: Service) -> Service:
+    """12 healthy and 12 degraded traces of the example app, all scored, judge included."""
+    return judged_shop
 
 
 def get(service: Service, path: str, /, **params: Any) -> httpx.Response:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
-from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,9 +18,8 @@ from mcp import ClientSession, MCPError
 from mcp.types import CallToolResult
 
 from collector.service import BackgroundService, Service
-from tests.support.helpers import judged_example_app, make_config, run_ragpulse
+from tests.support.helpers import make_config, run_ragpulse
 from tests.support.mcp_client import content, over_http, over_stdio, text
-from tests.support.openai_stub import passing_verdict
 from tests.support.sql_escapes import REFUSED_WRITES, counting_http_server, file_queries
 
 TOOLS = {
@@ -37,12 +36,9 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def served(judged_shop: Service) -> Service:
     """12 healthy and 12 degraded traces of the example app, all scored, judge included."""
-    with judged_example_app(
-        tmp_path_factory.mktemp("mcp"), ("healthy", "degraded"), passing_verdict
-    ) as service:
-        yield service
+    return judged_shop
 
 
 def call(url: str, tool: str, **arguments: Any) -> CallToolResult:
@@ -226,24 +222,40 @@ def test_query_sql_cuts_at_the_row_cap_and_says_so(served: Service) -> None:
 # --------------------------------------------------------------------------- stdio
 
 
-def test_ragpulse_mcp_over_stdio_reads_a_database_file(served: Service, tmp_path: Path) -> None:
-    """`ragpulse mcp --db FILE` on a copy of the served file (the service holds its own), as an MCP
-    client starts it: the same tools, the same answers."""
+def test_ragpulse_mcp_over_stdio_answers_every_tool_as_the_server_does(
+    served: Service, tmp_path: Path
+) -> None:
+    """`ragpulse mcp --db FILE` on a copy of the served file (the service holds its own), started as
+    an MCP client starts it: every tool answers on the file what it answers over `/mcp`."""
     served.the_store.checkpoint()
     copy = tmp_path / "copy.duckdb"
     shutil.copy(served.config.store.path, copy)
+    trace_id = content(call(served.http_url, "list_traces", limit=1))["traces"][0]["trace_id"]
+    window = {"since": "1h", "until": datetime.now(UTC).replace(microsecond=0).isoformat()}
+    calls = {
+        "query_sql": {"query": "SELECT count(*) AS n FROM traces"},
+        "describe_tables": {},
+        "list_traces": {**window, "sort": "worst", "order": "asc", "limit": 5},
+        "get_trace": {"trace_id": trace_id},
+        "check_quality": {**window, "min": {"faithfulness": 0.5}, "max_error_rate": 0.1},
+        "find_regressions": window,
+        "list_alerts": {},
+        "get_probe_run": {},  # no probe has run: a tool error, the same on both
+    }
+    assert set(calls) == TOOLS
 
-    async def agent(session: ClientSession) -> tuple[Any, CallToolResult, CallToolResult]:
-        tools = await session.list_tools()
-        page = await session.call_tool("list_traces", {"failing": "faithfulness", "limit": 3})
-        count = await session.call_tool("query_sql", {"query": "SELECT count(*) AS n FROM traces"})
-        return tools, page, count
+    async def every_tool(session: ClientSession) -> dict[str, tuple[bool, Any]]:
+        answers = {}
+        for name, arguments in calls.items():
+            result = await session.call_tool(name, arguments)
+            answers[name] = (bool(result.is_error), result.structured_content or text(result))
+        return answers
 
-    tools, page, count = over_stdio(["--db", str(copy)], tmp_path, agent)
-    assert {t.name for t in tools.tools} == TOOLS
-    assert content(count)["rows"] == [{"n": 24}]
-    over_server = content(call(served.http_url, "list_traces", failing="faithfulness", limit=3))
-    assert content(page)["total"] == over_server["total"]
+    on_file = over_stdio(["--db", str(copy)], tmp_path, every_tool)
+    over_server = over_http(served.http_url, every_tool)
+    assert on_file == over_server
+    assert [name for name, (error, _) in on_file.items() if error] == ["get_probe_run"]
+    assert on_file["query_sql"][1]["rows"] == [{"n": 24}]
 
 
 def test_ragpulse_mcp_through_a_server(served: Service, tmp_path: Path) -> None:
