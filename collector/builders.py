@@ -29,6 +29,7 @@ from collector.dashboard.data import dashboard_data
 from collector.exporters.evaluations import EvaluationExporter
 from collector.exporters.forwarder import Forwarder
 from collector.exporters.webhooks import WebhookNotifier
+from collector.feedback.api import FeedbackApi
 from collector.http_server import HttpServer, listen
 from collector.lifecycle import Component
 from collector.mcp.http import McpEndpoint
@@ -292,7 +293,11 @@ def receivers(parts: Parts) -> list[Component]:
     keyring = parts.keyring
     assert keyring is not None, "the keys are read before any builder runs"
     parts.pipeline = IngestPipeline(
-        parts.the_writer, parts.metrics, parts.forwarder, redactor=parts.redactor("storage")
+        parts.the_writer,
+        parts.metrics,
+        parts.forwarder,
+        redactor=parts.redactor("storage"),
+        feedback=parts.the_store,
     )
     tls = parts.tls
     parts.grpc = OtlpGrpcReceiver(
@@ -306,10 +311,18 @@ def receivers(parts: Parts) -> list[Component]:
     api = Api(
         parts.the_store, parts.metrics, cfg.sql, parts.assembler, health=parts.health, ready=parts.readiness
     )
+    feedback = FeedbackApi(parts.the_store, parts.metrics, parts.read_rows)
     dashboard = DashboardApi(dashboard_data(parts.read_rows, cfg))
     mcp = McpEndpoint(parts.the_store, cfg)
     app = Starlette(
-        routes=[*http_receiver.routes(), *api.routes(), mcp.route(), *dashboard.routes(), *pages.routes()],
+        routes=[
+            *http_receiver.routes(),
+            *api.routes(),
+            *feedback.routes(),
+            mcp.route(),
+            *dashboard.routes(),
+            *pages.routes(),
+        ],
         middleware=[
             Middleware(
                 AuthMiddleware,

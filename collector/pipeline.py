@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collector.exporters.forwarder import Forwarder
+from collector.feedback.events import response_evaluations
 from collector.otlp.batch import SpanBatch, decode_request
 from collector.otlp.logs import decode_logs_request
 from collector.store.writer import Overloaded, SpanWriter, Stopped
@@ -26,6 +28,7 @@ from collector.telemetry import Metrics
 
 if TYPE_CHECKING:
     from collector.processors.redaction import Redactor
+    from collector.store.base import FeedbackBook
 
 # The errors of `export` / `export_logs`, which receivers import from here: they see the pipeline,
 # never the writer behind it.
@@ -63,11 +66,14 @@ class IngestPipeline:
         metrics: Metrics,
         forwarder: Forwarder | None = None,
         redactor: Redactor | None = None,
+        feedback: FeedbackBook | None = None,
     ) -> None:
         self._writer = writer
         self._metrics = metrics
         self._forwarder = forwarder
         self._redactor = redactor
+        # Where evaluation events that name a response (not a span) go (None: they are dropped).
+        self._feedback = feedback
 
     def submit(
         self,
@@ -112,6 +118,16 @@ class IngestPipeline:
     ) -> tuple[ExportOutcome, Future[None]]:
         """Decode and queue the span events of one log export, like `submit` for spans; when
         forwarding, the whole export (plain log records too) is forwarded once committed."""
+        outcome, future, _ = self._submit_logs(request, protocol, rejected_before, errors_before)
+        return outcome, future
+
+    def _submit_logs(
+        self,
+        request: ExportLogsServiceRequest,
+        protocol: str,
+        rejected_before: int,
+        errors_before: list[str] | None,
+    ) -> tuple[ExportOutcome, Future[None], list[dict[str, Any]]]:
         batch = decode_logs_request(request, redactor=self._redactor)
         if rejected_before:
             batch.rejected += rejected_before
@@ -124,7 +140,8 @@ class IngestPipeline:
             self._metrics.log_records_ignored.labels(protocol).inc(batch.ignored)
         if self._forwarder is not None:
             future.add_done_callback(functools.partial(self._forward_when_committed, request))
-        return ExportOutcome(batch.events.num_rows, batch.rejected, batch.error_message()), future
+        accepted = batch.events.num_rows + len(batch.evaluations)
+        return ExportOutcome(accepted, batch.rejected, batch.error_message()), future, batch.evaluations
 
     async def export_logs(
         self,
@@ -133,9 +150,21 @@ class IngestPipeline:
         rejected_before: int = 0,
         errors_before: list[str] | None = None,
     ) -> ExportOutcome:
-        """`submit_logs`, then wait until the commit is durable."""
-        outcome, future = self.submit_logs(request, protocol, rejected_before, errors_before)
+        """`submit_logs`, then wait until the commit is durable. Evaluation events that name a
+        response are stored as feedback rows then (`feedback`): a store that cannot take them makes
+        the export `Overloaded`, to be sent again (their ids are their content: nothing twice)."""
+        outcome, future, evaluations = self._submit_logs(request, protocol, rejected_before, errors_before)
         await _committed(future)
+        if evaluations and self._feedback is not None:
+            rows = response_evaluations(evaluations, time.time_ns() // 1000)
+            if not rows.num_rows:
+                return outcome
+            try:
+                await asyncio.to_thread(self._feedback.write_feedback, rows)
+            except Exception as exc:
+                if not self._feedback.health.absorb(exc, "feedback"):
+                    raise
+                raise Overloaded(f"the store cannot write: {exc}") from None
         return outcome
 
     def _forward_when_committed(

@@ -105,6 +105,13 @@ class Metrics:
         self.sql_queries = Counter(
             "ragpulse_sql_queries", "SQL queries answered, by outcome", ["outcome"], registry=r
         )
+        self.feedback_items = Counter(
+            "ragpulse_feedback_items",
+            "Feedback items received on /api/feedback, by outcome (attached to their trace now, "
+            "waiting for it, refused)",
+            ["outcome"],
+            registry=r,
+        )
 
         self.traces_in_flight = Gauge(
             "ragpulse_traces_in_flight", "Traces waiting to be assembled", registry=r

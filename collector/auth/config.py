@@ -8,9 +8,11 @@ from pydantic import Field, model_validator
 
 from collector.config_base import Section
 
-# ingest: send spans and logs; read: the API, the dashboard, SQL; admin: writes through the API
-# (`POST /api/cases`). Independent: a key has exactly the scopes it lists.
-Scope = Literal["ingest", "read", "admin"]
+# ingest: send spans and logs (and feedback); read: the API, the dashboard, SQL; admin: writes
+# through the API (`POST /api/cases`); feedback: `POST /api/feedback` only (a key the app's
+# frontend can hold); annotate: `POST /api/annotations` (reviewers). Independent: a key has
+# exactly the scopes it lists.
+Scope = Literal["ingest", "read", "admin", "feedback", "annotate"]
 
 
 class KeyConfig(Section):

@@ -1,8 +1,9 @@
 """Keys on the HTTP port: one ASGI middleware in front of every route.
 
-What each path needs: `/v1/traces` and `/v1/logs` ingest; `POST /api/cases` admin; the rest of
-`/api/`, the dashboard (`/`, `/ui/`) read; `/metrics` read or nothing (`auth.metrics`); `/healthz`
-nothing. A refusal of an OTLP export is a google.rpc.Status in the request's encoding, as exporters
+What each path needs: `/v1/traces` and `/v1/logs` ingest; `POST /api/feedback` ingest or
+feedback; `POST /api/annotations` annotate; `POST /api/cases` admin; the rest of `/api/`, the
+dashboard (`/`, `/ui/`) read; `/metrics` read or nothing (`auth.metrics`); `/healthz` nothing. A
+refusal of an OTLP export is a google.rpc.Status in the request's encoding, as exporters
 expect; elsewhere `{"error": ...}`. A 401 offers Bearer and Basic: a browser then asks for the key
 (any user name, the key as the password) and sends it with every request of the dashboard.
 """
@@ -27,15 +28,19 @@ HEALTH_PATHS = frozenset(("/healthz", "/healthz/live", "/healthz/ready"))
 CHALLENGE = 'Bearer realm="ragpulse", Basic realm="ragpulse", charset="UTF-8"'
 
 
-def required_scope(method: str, path: str, metrics_open: bool) -> Scope | None:
-    """The scope a request needs (None: open to all)."""
+def required_scope(method: str, path: str, metrics_open: bool) -> tuple[Scope, ...] | None:
+    """The scopes a request needs, any of them (None: open to all)."""
     if path in HEALTH_PATHS or (path == "/metrics" and metrics_open):
         return None
     if path in ("/v1/traces", "/v1/logs"):
-        return "ingest"
+        return ("ingest",)
+    if path == "/api/feedback" and method != "GET":
+        return ("ingest", "feedback")
+    if path == "/api/annotations" and method != "GET":
+        return ("annotate",)
     if path == "/api/cases" and method != "GET":
-        return "admin"
-    return "read"
+        return ("admin",)
+    return ("read",)
 
 
 class AuthMiddleware:
@@ -61,7 +66,9 @@ class AuthMiddleware:
         await response(scope, receive, send)
 
 
-def _refusal(decision: Decision, needed: Scope | None, path: str, headers: dict[bytes, bytes]) -> Response:
+def _refusal(
+    decision: Decision, needed: tuple[Scope, ...] | None, path: str, headers: dict[bytes, bytes]
+) -> Response:
     if decision is Decision.UNAUTHENTICATED:
         status, code, message = (
             401,
@@ -70,7 +77,8 @@ def _refusal(decision: Decision, needed: Scope | None, path: str, headers: dict[
         )
         extra = {"WWW-Authenticate": CHALLENGE}
     else:
-        status, code, message = 403, code_pb2.PERMISSION_DENIED, f"this key lacks the {needed} scope"
+        scopes = " or ".join(needed or ())
+        status, code, message = 403, code_pb2.PERMISSION_DENIED, f"this key lacks the {scopes} scope"
         extra = {}
     if path.startswith("/v1/"):
         content_type = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()

@@ -74,9 +74,10 @@ class Keyring:
     def enabled(self) -> bool:
         return bool(self._keys)
 
-    def check(self, authorization: str | None, scope: Scope) -> Decision:
+    def check(self, authorization: str | None, scope: Scope | tuple[Scope, ...]) -> Decision:
         """Whether the `Authorization` value (`Bearer <key>`, or `Basic` with the key as the
-        password, as browsers send it) carries a key with `scope`."""
+        password, as browsers send it) carries a key with `scope` (a tuple: any of them)."""
+        wanted = scope if isinstance(scope, tuple) else (scope,)
         if not self._keys:
             return Decision.ALLOWED
         presented = key_of(authorization)
@@ -89,7 +90,7 @@ class Keyring:
                 found = key
         if found is None:
             return Decision.UNAUTHENTICATED
-        return Decision.ALLOWED if scope in found.scopes else Decision.FORBIDDEN
+        return Decision.ALLOWED if found.scopes.intersection(wanted) else Decision.FORBIDDEN
 
 
 def key_of(authorization: str | None) -> str | None:

@@ -27,6 +27,7 @@ COMMANDS = {
     "doctor": "collector.cli.doctor:doctor",
     "probes": "collector.cli.probes:probes",
     "mcp": "collector.cli.mcp:mcp",
+    "agreement": "collector.cli.agreement:agreement",
 }
 
 

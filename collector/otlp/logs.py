@@ -4,8 +4,11 @@ GenAI events are LogRecords with an event name (semconv: `LogRecord.event_name`,
 `event.name` attribute) whose trace and span ids tie them to a span. Those records become rows of
 the events table, exactly like span events, so the mapper reads them from the span they belong
 to; the body, where the deprecated message events keep their content, is stored as the `body`
-attribute. Everything else a log export carries (application logs, events outside any span) is
-not ours to keep: it is ignored and counted, not rejected. A record that names an event but breaks
+attribute. One kind of event outside any span is kept too: a `gen_ai.evaluation.result` that names
+the response it evaluates (`gen_ai.response.id`), which becomes an external score of the trace
+holding that response (`LogBatch.evaluations`, collector/feedback/events.py). Everything else a log
+export carries (application logs, other events outside any span) is not ours to keep: it is
+ignored and counted, not rejected. A record that names an event but breaks
 the OTLP rules (ids of the wrong length, a timestamp past int64, values nested absurdly deep) is
 rejected alone, like a span.
 """
@@ -13,7 +16,7 @@ rejected alone, like a span.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -35,20 +38,24 @@ from collector.otlp.batch import (
     attributes_dict,
     json_column,
 )
+from collector.schema.tables import EVALUATION_EVENT
 
 EVENT_NAME_ATTRIBUTE = "event.name"
+RESPONSE_ID = "gen_ai.response.id"
 BODY_ATTRIBUTE = "body"  # where semconv.mappers.genai looks for an event's body
 
 
 @dataclass
 class LogBatch(SpanBatch):
-    """The events of one log export (its spans table is empty), plus the records ignored."""
+    """The events of one log export (its spans table is empty), plus the records ignored, and the
+    evaluation events that name a response instead of a span (`response_evaluation`'s dicts)."""
 
     ignored: int = 0
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def received(self) -> int:
-        return self.events.num_rows + self.rejected + self.ignored
+        return self.events.num_rows + self.rejected + self.ignored + len(self.evaluations)
 
     def error_message(self) -> str:
         """The partial-success message: rejected records and why, and how many were ignored.
@@ -93,6 +100,25 @@ def _event_row(record: LogRecord) -> tuple[str, str, int | None, dict[str, Any]]
     return trace_id, span_id, event_time, attributes
 
 
+def _response_evaluation(record: LogRecord, name: str, service: str | None) -> dict[str, Any] | None:
+    """An evaluation event with no span that names the response it evaluates, as a dict (the
+    attributes, `time_us`, `service`), or None for any other record."""
+    if name != EVALUATION_EVENT:
+        return None
+    attributes = attributes_dict(record.attributes)
+    if not isinstance(attributes.get(RESPONSE_ID), str) or not attributes[RESPONSE_ID]:
+        return None
+    ns = record.time_unix_nano or record.observed_time_unix_nano
+    return {"attributes": attributes, "time_us": ns // 1000 if ns else None, "service": service}
+
+
+def _service_name(resource_logs: Any) -> str | None:
+    for kv in resource_logs.resource.attributes:
+        if kv.key == "service.name" and kv.value.WhichOneof("value") == "string_value":
+            return str(kv.value.string_value)
+    return None
+
+
 def decode_logs_request(
     request: ExportLogsServiceRequest, source: str = "log", redactor: Redactor | None = None
 ) -> LogBatch:
@@ -102,10 +128,12 @@ def decode_logs_request(
     events: dict[str, list[Any]] = {name: [] for name in EVENTS_SCHEMA.names}
     rejected = ignored = 0
     errors: list[str] = []
+    evaluations: list[dict[str, Any]] = []
     received_at = time.time_ns()
 
     for resource_logs in request.resource_logs:
-        # The resource is not read: a span event has no resource of its own (its span has one).
+        # The resource is read only for an evaluation of a response (its sender): a span event has
+        # no resource of its own (its span has one).
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
                 name = _event_name(record)
@@ -120,7 +148,12 @@ def decode_logs_request(
                         errors.append(f"log record {record.span_id.hex() or '?'} ({name}): {exc}")
                     continue
                 if row is None:
-                    ignored += 1
+                    evaluation = _response_evaluation(record, name, None)
+                    if evaluation is None:
+                        ignored += 1
+                    else:
+                        evaluation["service"] = _service_name(resource_logs)
+                        evaluations.append(evaluation)
                     continue
                 trace_id, span_id, event_time, attributes = row
                 events["trace_id"].append(trace_id)
@@ -134,6 +167,7 @@ def decode_logs_request(
 
     if redactor is not None:
         redactor.redact_dicts(events["attributes"])
+        redactor.redact_dicts([e["attributes"] for e in evaluations])
     events["attributes"] = json_column(events["attributes"])
     return LogBatch(
         spans=SPANS_SCHEMA.empty_table(),
@@ -141,6 +175,7 @@ def decode_logs_request(
         rejected=rejected,
         errors=errors,
         ignored=ignored,
+        evaluations=evaluations,
     )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from collector.datasets import normalize_question
+from collector.feedback.events import external_scores, response_ids
 from collector.process_memory import use_system_allocator
 from collector.processors.scoring import ScoringSetup, score_rows, score_trace
 from collector.processors.slices import Dimension, span_resources, trace_slices
@@ -152,11 +153,14 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
     for start in range(0, max(len(trace_ids), 1), MAP_CHUNK):
         assembled = []
         scored = []
+        mapped = []
         for trace_id in trace_ids[start : start + MAP_CHUNK]:
             spans = by_trace.pop(trace_id)
             reason, count = job.traces[trace_id]
             trace = map_trace(spans, job.mapping)
+            mapped.append((trace, count, spans))
             item = AssembledTrace(trace, reason, count, received.get(trace_id))
+            item.response_ids = response_ids(spans)
             item.case_match = match_case(trace, cases)
             item.slices = trace_slices(trace.root_span_id, spans, job.dimensions, resources)
             if scoring is not None:
@@ -171,6 +175,10 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
         if scored and scoring is not None:
             rows = score_rows(scored, "deterministic", job.now_us, scoring.setup.export_events)
             tables.scores, tables.outbox = rows.scores, rows.outbox
+        # The app's own evaluation events, scored or not: they are its scores, not ours.
+        external = external_scores(mapped, job.now_us)
+        if external is not None:
+            tables.scores = external if tables.scores is None else pa.concat_tables([tables.scores, external])
         parts.append(tables)
     return MapResult(tables=concat_trace_tables(parts), conventions=conventions)
 

@@ -36,6 +36,7 @@ from collector.schema.tables import (
     MAX_EVENT_TEXT,
     SCORES,
 )
+from collector.schema.windows import floor_minute_us
 from collector.telemetry import Metrics
 from evaluators.metric import Evaluates, Evaluator
 from evaluators.registry import build_evaluators, evaluates, uses_judge
@@ -182,7 +183,7 @@ def score_rows(
             continue
         trace_ids += [trace.trace_id] * n
         services += [trace.service_name] * n
-        buckets += [_minute(trace.start_us if trace.start_us is not None else now_us)] * n
+        buckets += [floor_minute_us(trace.start_us if trace.start_us is not None else now_us)] * n
         revisions += [revision] * n
         spans = _EvaluatedSpans(trace)
         for score in scores:
@@ -343,10 +344,6 @@ def _clip(text: str | None) -> str | None:
     return text[: MAX_EVENT_TEXT - 1] + "…"
 
 
-def _minute(us: int) -> int:
-    return us - us % 60_000_000
-
-
 def record_metrics(
     metrics: Metrics,
     scores: pa.Table | None,
@@ -362,8 +359,12 @@ def record_metrics(
     stand, or counts `deterministic` with `throttled` / `over_budget` when not, so each trace's
     decision is counted once."""
     if scores is not None and scores.num_rows:
-        for row in scores.group_by(["name", "status"]).aggregate([("name", "count")]).to_pylist():
-            metrics.scores.labels(row["name"], row["status"], evaluator).inc(row["name_count"])
+        # By each row's own evaluator: an assembly's rows hold the app's external scores too.
+        grouped = scores.group_by(["name", "status", "evaluator"]).aggregate([("name", "count")])
+        for row in grouped.to_pylist():
+            metrics.scores.labels(row["name"], row["status"] or "none", row["evaluator"]).inc(
+                row["name_count"]
+            )
     if decisions is not None and decisions.num_rows:
         grouped = decisions.group_by(["sample_decision", "sample_reason"]).aggregate([("trace_id", "count")])
         for row in grouped.to_pylist():

@@ -209,6 +209,9 @@ TRACES = Table(
         ("tool_errors", "INTEGER", "", 9),
         ("retrieval_rounds", "INTEGER", "", 9),
         ("llm_calls", "INTEGER", "", 9),
+        # The `gen_ai.response.id` of the trace's LLM calls, in span order: feedback and evaluation
+        # events that name a response instead of a trace are attached through them.
+        ("response_ids", "VARCHAR[]", "", 11),
     ),
 )
 
@@ -296,9 +299,38 @@ SCORES = Table(
         ("service_name", "VARCHAR", "", 4),
         # The minute of the trace's start: the `score_aggregates` bucket the score counts in.
         ("bucket", "TIMESTAMP", "", 4),
-        ("evaluator", "VARCHAR", "", 4),  # deterministic | judge
+        # deterministic | judge (ragpulse's own); external (a `gen_ai.evaluation.result` event the
+        # app sent) | human (`POST /api/feedback`)
+        ("evaluator", "VARCHAR", "", 4),
         ("revision", "INTEGER", "", 4),  # the trace's assembly count when it was scored
         ("probe", "VARCHAR", "", 7),  # the trace's probe (null: the app's own traffic)
+        # Who gave an external or human score: the service that sent the event, the feedback's author.
+        ("source", "VARCHAR", "", 11),
+        ("feedback_id", "VARCHAR", "", 11),  # the `feedback` row a human or external score comes from
+    ),
+)
+
+# Scores given from outside, as received: `POST /api/feedback` items (evaluator `human`) and
+# evaluation events sent as log records that name a response, not a span (evaluator `external`).
+# The row is kept whether or not its trace is here yet: its score row in `scores` is made when both
+# are, and made again whenever the trace is assembled again. One row per `feedback_id` (a repeated
+# id replaces the row).
+FEEDBACK = Table(
+    "feedback",
+    _columns(
+        ("feedback_id", "VARCHAR", _KEY, 11),
+        ("trace_id", "VARCHAR", "", 11),  # given, or found through `response_id`
+        ("response_id", "VARCHAR", "", 11),
+        ("span_id", "VARCHAR", "", 11),  # the span it is about (null: the trace's root span)
+        ("name", "VARCHAR", _KEY, 11),
+        ("value", "DOUBLE", "", 11),
+        ("label", "VARCHAR", "", 11),
+        ("status", "VARCHAR", "", 11),  # pass | fail | error, read from the label or value; or null
+        ("comment", "VARCHAR", "", 11),
+        ("author", "VARCHAR", "", 11),
+        ("evaluator", "VARCHAR", "", 11),  # human | external
+        ("created_at", "TIMESTAMP", "", 11),
+        ("received_at", "TIMESTAMP", "", 11),
     ),
 )
 
@@ -443,6 +475,38 @@ PROBE_RUNS = Table(
     ),
 )
 
+# A person's verdict on a score ragpulse gave (`POST /api/annotations`, the dashboard's review
+# keys): one row per trace, score name and author (a later verdict of the same author replaces it),
+# with a copy of the score it judged, so agreement stays computable after the trace is deleted.
+# Kept like aggregates: retention deletes traces, not the labels people gave.
+ANNOTATIONS = Table(
+    "annotations",
+    _columns(
+        ("annotation_id", "VARCHAR", _KEY, 11),
+        ("trace_id", "VARCHAR", _KEY, 11),
+        ("name", "VARCHAR", _KEY, 11),  # the score's name
+        ("author", "VARCHAR", "", 11),
+        ("human_status", "VARCHAR", "", 11),  # pass | fail
+        ("human_value", "DOUBLE", "", 11),
+        ("claims", "JSON", "", 11),  # [{index, ok}]: the person's verdict on each claim of the score
+        ("comment", "VARCHAR", "", 11),
+        # Where the reviewer took it from: `random` (the unbiased sample agreement is estimated on),
+        # `contested` (borderline and disputed scores), or null (a trace opened by hand).
+        ("queue", "VARCHAR", "", 11),
+        ("created_at", "TIMESTAMP", "", 11),
+        ("service_name", "VARCHAR", "", 11),
+        # The score judged, as it was: its span, status, value, evaluator, judge model and prompt.
+        ("score_span_id", "VARCHAR", "", 11),
+        ("score_status", "VARCHAR", "", 11),
+        ("score_value", "DOUBLE", "", 11),
+        ("score_evaluator", "VARCHAR", "", 11),
+        ("judge_model", "VARCHAR", "", 11),
+        ("prompt_version", "VARCHAR", "", 11),
+        ("score_items", "JSON", "", 11),
+        ("score_created_at", "TIMESTAMP", "", 11),
+    ),
+)
+
 # The tables of the latest schema (`spans` and `span_events` are views over them).
 ALL_TABLES: tuple[Table, ...] = (
     RECEIVED_SPANS,
@@ -459,6 +523,8 @@ ALL_TABLES: tuple[Table, ...] = (
     ALERT_NOTIFICATIONS,
     CANARY_RUNS,
     PROBE_RUNS,
+    FEEDBACK,
+    ANNOTATIONS,
 )
 
 # What one row of each table users query is (`spans` and `span_events` are views over the received
@@ -480,5 +546,7 @@ MEANINGS: dict[str, str] = {
     "alert_notifications": "a notification of an alert event to a webhook, and its delivery",
     "canary_runs": "a judge canary run: accuracy against reference verdicts",
     "probe_runs": "a probe run: its cases, the traces they made and their summary",
+    "feedback": "a score given from outside (user feedback, an app's evaluation event), as received",
+    "annotations": "a person's pass/fail verdict on a score ragpulse gave, with a copy of that score",
     "ragpulse_schema": "an applied schema migration",
 }

@@ -41,6 +41,7 @@ class AssembledTrace:
     judge_status: str | None = None
     scored: bool = False
     slices: TraceSlices | None = None
+    response_ids: list[str] | None = None  # `gen_ai.response.id` of its LLM calls
 
 
 @dataclass
@@ -153,6 +154,7 @@ def trace_tables(
         "tool_errors": [t.tool_errors for t in traces],
         "retrieval_rounds": [t.retrieval_rounds for t in traces],
         "llm_calls": [t.llm_calls for t in traces],
+        "response_ids": [a.response_ids for a in assembled],
     }
     step_columns: dict[str, list[Any]] = {
         "trace_id": [trace_id for trace_id, _ in steps],

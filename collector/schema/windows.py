@@ -52,6 +52,11 @@ def parse_window(text: str | float) -> float:
     return check_window(parse_duration(text))
 
 
+def floor_minute_us(us: int) -> int:
+    """The start of the minute `us` (µs since the epoch) falls in, in µs: a score's bucket."""
+    return us - us % 60_000_000
+
+
 def floor_minute(moment: datetime) -> datetime:
     """The start of the minute holding `moment` (its bucket)."""
     return moment.replace(second=0, microsecond=0)

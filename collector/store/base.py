@@ -167,6 +167,24 @@ class AssemblyTables(SpanReads, CaseBook):
         return dict.fromkeys(span_counts)
 
 
+class FeedbackBook(StoreRole):
+    """The feedback API's: scores given from outside, kept, and attached to their traces; people's
+    verdicts on ragpulse's scores."""
+
+    @abstractmethod
+    def write_feedback(self, feedback: pa.Table) -> int:
+        """Store `feedback` rows (the `feedback` shape, one per `feedback_id`; a stored row with the
+        same id is replaced, and its score with it) in one transaction, and add a `scores` row for
+        each whose trace is assembled (by trace id, or by a response id of the trace). The others
+        get theirs when their trace is assembled. Returns how many were attached now."""
+
+    @abstractmethod
+    def write_annotation(self, annotation: pa.Table) -> dict[str, object] | None:
+        """Store a person's verdict (one `annotations` row, without the copy of its score) with a
+        copy of the trace's current score of that name, replacing the same author's earlier verdict
+        on it; returns the row stored, or None (nothing stored) when the trace has no such score."""
+
+
 class SliceColumns(StoreRole):
     """The slice dimensions' columns (`monitoring.dimensions`)."""
 
@@ -337,6 +355,7 @@ class Store(
     AlertLog,
     ProbeRuns,
     ApiStore,
+    FeedbackBook,
     Housekeeping,
 ):
     """What ragpulse stores and reads back: every interface above, implemented by one backend

@@ -22,18 +22,21 @@ PER_TRACE_TABLES = (
     "documents",
     "scores",
     "evaluation_outbox",
+    "feedback",
 )
 
 # The time a trace's age is read from, per row: a span's end (OTLP sends 0 for "unknown", which would
 # make the span look 56 years old: such a span ages from when it arrived); for trace ids with no span,
-# their log events (sent apart from their spans, which may never come) and their assembled rows.
+# their log events (sent apart from their spans, which may never come), their assembled rows, and
+# feedback given before (or without) them.
 SPAN_TIME = "CASE WHEN end_time > TIMESTAMP 'epoch' THEN end_time ELSE received_at END"
 # (Read from every received row, copies included: cheaper than the views, and a copy ages a trace
 # by its arrival only when its end is unknown.)
 OTHER_TIMES = (
     "SELECT trace_id, coalesce(time, received_at) AS t, 1 AS other FROM received_span_events "
     "WHERE source = 'log' "
-    "UNION ALL SELECT trace_id, coalesce(end_time, last_received_at, assembled_at), 1 FROM traces"
+    "UNION ALL SELECT trace_id, coalesce(end_time, last_received_at, assembled_at), 1 FROM traces "
+    "UNION ALL SELECT trace_id, received_at, 1 FROM feedback WHERE trace_id IS NOT NULL"
 )
 
 

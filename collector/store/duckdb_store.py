@@ -22,6 +22,7 @@ import pyarrow as pa
 from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.schema.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY
 from collector.schema.trace_rows import OTHER, TraceTables
+from collector.store import duckdb_outbox as outbox
 from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError
 from collector.store.config import StoreConfig
 from collector.store.disk import file_identity, probe_directory, probe_log
@@ -30,6 +31,13 @@ from collector.store.duckdb_connection import (
     connect,
     migrate,
     transaction,
+)
+from collector.store.duckdb_feedback import (
+    has_feedback,
+    replace_feedback,
+    resolve_responses,
+    scores_of_assembled,
+    store_annotation,
 )
 from collector.store.duckdb_retention import delete_trace_rows, oldest_trace_ids
 from collector.store.duckdb_rows import (
@@ -80,6 +88,7 @@ class DuckDBStore(Store):
         self.health = StoreHealth(str(self.path))
         # Slice dimensions (`monitoring.dimensions`): columns of traces, scores and aggregates.
         self.dimensions: tuple[str, ...] = ()
+        self._feedback_stored = False
         self._write_lock = threading.Lock()
         # Everything but span appends: assembled rows, scores and their aggregates, the outbox.
         # Their transactions update shared rows (score_aggregates), so they take turns instead
@@ -94,6 +103,8 @@ class DuckDBStore(Store):
         try:
             self._migrate()
             self.dimensions = self._dimension_columns()
+            # Until some is stored, an assembly looks for no feedback to attach.
+            self._feedback_stored = has_feedback(self._con)
         except Exception:
             self._con.close()
             raise
@@ -326,7 +337,13 @@ class DuckDBStore(Store):
             [c for c in ("trace_id", "probe", *self.dimensions) if c in tables.traces.column_names]
         )
         insert_rows(con, "evaluation_outbox", self._stamp(tables.outbox))
-        self._insert_scores(con, tables.scores, affected, slices)
+        scores = tables.scores
+        if self._feedback_stored or self.shared:  # another replica may have stored some
+            with registered(con, "_assembled", tables.traces):
+                feedback = scores_of_assembled(con, "_assembled")
+            if feedback is not None:
+                scores = feedback if scores is None else pa.concat_tables([scores, feedback])
+        self._insert_scores(con, scores, affected, slices)
 
     def _insert_scores(
         self,
@@ -338,6 +355,20 @@ class DuckDBStore(Store):
         insert_scores(
             con, scores, affected, slices, self.aggregate_key, self.aggregates_table, self.aggregates_in_place
         )
+
+    def write_feedback(self, feedback: pa.Table) -> int:
+        def body(con: duckdb.DuckDBPyConnection) -> int:
+            rows = resolve_responses(con, feedback)
+            scores, affected, slices = replace_feedback(con, rows, self.aggregate_key)
+            self._insert_scores(con, scores, affected, slices)
+            return scores.num_rows
+
+        attached = self._write(body)
+        self._feedback_stored = True
+        return attached
+
+    def write_annotation(self, annotation: pa.Table) -> dict[str, object] | None:
+        return self._write(lambda con: store_annotation(con, annotation), self._monitoring_lock)
 
     # ---------------------------------------------------------------- judge work
 
@@ -395,44 +426,19 @@ class DuckDBStore(Store):
 
     # ---------------------------------------------------------------- evaluation outbox
 
-    # Each replica exports the events of the traces it assembled.
-    _OWN_OUTBOX = "evaluation_outbox WHERE replica IS NOT DISTINCT FROM ?"
-
     def read_outbox(self, limit: int) -> pa.Table:
         with self._cursor() as con:
-            return con.execute(
-                f"SELECT * EXCLUDE (replica) FROM {self._OWN_OUTBOX} ORDER BY created_at, event_id LIMIT ?",
-                [self.replica, limit],
-            ).to_arrow_table()
+            return outbox.read_outbox(con, self.replica, limit)
 
     def delete_outbox(self, event_ids: Sequence[str]) -> None:
-        ids = pa.table({"event_id": pa.array(list(event_ids), pa.string())})
-
-        def body(con: duckdb.DuckDBPyConnection) -> None:
-            with registered(con, "_sent", ids):
-                con.execute("DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM _sent)")
-
-        self._write(body)
+        self._write(lambda con: outbox.delete_outbox(con, event_ids))
 
     def trim_outbox(self, max_events: int) -> int:
-        def body(con: duckdb.DuckDBPyConnection) -> int:
-            row = con.execute(f"SELECT count(*) FROM {self._OWN_OUTBOX}", [self.replica]).fetchone()
-            excess = (row[0] if row else 0) - max_events
-            if excess <= 0:
-                return 0
-            con.execute(
-                "DELETE FROM evaluation_outbox WHERE event_id IN (SELECT event_id FROM "
-                f"{self._OWN_OUTBOX} ORDER BY created_at, event_id LIMIT ?)",
-                [self.replica, excess],
-            )
-            return int(excess)
-
-        return self._write(body)
+        return self._write(lambda con: outbox.trim_outbox(con, self.replica, max_events))
 
     def outbox_depth(self) -> int:
         with self._cursor() as con:
-            row = con.execute(f"SELECT count(*) FROM {self._OWN_OUTBOX}", [self.replica]).fetchone()
-        return int(row[0]) if row else 0
+            return outbox.outbox_depth(con, self.replica)
 
     # ---------------------------------------------------------------- alerts
 

@@ -15,8 +15,10 @@ from collector.schema.tables import (
     ALERT_EVENTS,
     ALERT_NOTIFICATIONS,
     ALERTS,
+    ANNOTATIONS,
     CANARY_RUNS,
     EVALUATION_OUTBOX,
+    FEEDBACK,
     PROBE_RUNS,
     SCORE_AGGREGATES,
     SCORES,
@@ -28,6 +30,7 @@ from collector.schema.tables import (
 )
 from collector.store.schema_sql import (
     EVERY_RECEIVED_EVENT,
+    EVERY_SCORE,
     SPAN_EVENTS_VIEW,
     SPANS_VIEW,
     column_ddl,
@@ -205,7 +208,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # (the view makes each again from its score, with the same attributes).
         "ALTER TABLE span_events RENAME TO received_span_events;\n"
         f"DELETE FROM received_span_events WHERE source = '{WRITEBACK_SOURCE}';\n"
-        + span_events_view(EVERY_RECEIVED_EVENT),
+        + span_events_view(EVERY_RECEIVED_EVENT, EVERY_SCORE),
     ),
     (
         9,
@@ -219,7 +222,23 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "a span stored once: spans and span_events show the first stored copy of each span and event",
         # The rows stay as they are, copies included (the views leave the later copies out), and the
         # span writer appends to the table under its new name: nothing is rewritten.
-        "ALTER TABLE spans RENAME TO received_spans;\n" + SPANS_VIEW + "\n" + SPAN_EVENTS_VIEW,
+        "ALTER TABLE spans RENAME TO received_spans;\n"
+        + SPANS_VIEW
+        + "\n"
+        + span_events_view(scores=EVERY_SCORE),
+    ),
+    (
+        11,
+        "people in the loop: feedback, external scores, annotations; who gave a score; a trace's responses",
+        "\n".join(
+            (
+                create_tables(11, FEEDBACK, ANNOTATIONS),
+                add_columns(SCORES, "source", "feedback_id"),
+                add_columns(TRACES, "response_ids"),
+                # The app's own evaluation events are received events already: not written back.
+                SPAN_EVENTS_VIEW,
+            )
+        ),
     ),
 ]
 

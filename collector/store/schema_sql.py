@@ -89,10 +89,18 @@ FIRST_RECEIVED_EVENTS = (
 )
 
 
-def span_events_view(received: str = FIRST_RECEIVED_EVENTS) -> str:
+# The scores schemas 8 to 10 wrote back: every row.
+EVERY_SCORE = "scores"
+# Since schema 11: every score but the external ones, which are the app's own events, received
+# already (`evaluator = 'external'`); a human score (feedback) is written back like ragpulse's own.
+WRITTEN_BACK_SCORES = "scores WHERE evaluator IS DISTINCT FROM 'external'"
+
+
+def span_events_view(received: str = FIRST_RECEIVED_EVENTS, scores: str = WRITTEN_BACK_SCORES) -> str:
     """`CREATE VIEW span_events`: the `received` events (what follows FROM), and the write-back event
-    of each score, with the attributes `scoring.event_attributes` gives the event it exports (tests
-    hold the two equal): nulls are left out (`json_merge_patch` drops them)."""
+    of each of the `scores` (what follows FROM), with the attributes `scoring.event_attributes`
+    gives the event it exports (tests hold the two equal): nulls are left out (`json_merge_patch`
+    drops them)."""
     return f"""CREATE OR REPLACE VIEW span_events AS
 SELECT trace_id, span_id, time, name, attributes, source, received_at FROM {received}
 UNION ALL
@@ -115,7 +123,7 @@ SELECT trace_id, span_id, created_at AS time, '{EVALUATION_EVENT}' AS name,
         ))::VARCHAR END
     )) AS attributes,
     '{WRITEBACK_SOURCE}' AS source, created_at AS received_at
-FROM scores;"""
+FROM {scores};"""
 
 
 SPAN_EVENTS_VIEW = span_events_view()

@@ -169,9 +169,12 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
             ("score_aggregate_parts", "probe"), ("alerts", "slice"), ("alert_events", "slice"),
             ("traces", "tool_calls"), ("traces", "tool_errors"), ("traces", "retrieval_rounds"),
             ("traces", "llm_calls"), ("steps", "tool_name"), ("steps", "result_size"),
+            ("traces", "response_ids"), ("scores", "source"), ("scores", "feedback_id"),
         ):  # fmt: skip
             con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         con.execute("DROP TABLE probe_runs")
+        con.execute("DROP TABLE feedback")
+        con.execute("DROP TABLE annotations")
         con.execute("DROP VIEW span_events")
         con.execute("ALTER TABLE received_span_events RENAME TO span_events")
         con.execute("DROP VIEW spans")  # a table until schema 10

@@ -211,6 +211,11 @@ def test_a_lake_of_schema_9_keeps_its_rows_and_shows_each_span_once(
         con.execute("DROP VIEW spans")
         con.execute("ALTER TABLE received_spans RENAME TO spans")
         con.execute(span_events_view(EVERY_RECEIVED_EVENT))
+        # (and without what schema 11 added)
+        con.execute("DROP TABLE feedback")
+        con.execute("DROP TABLE annotations")
+        for table, column in (("traces", "response_ids"), ("scores", "source"), ("scores", "feedback_id")):
+            con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         con.execute("DELETE FROM ragpulse_schema WHERE version >= 10")
         for name in ("first", "again"):
             con.execute(
