@@ -7,13 +7,24 @@ little data to decide (a gate below `min_samples`, or `--regression` with nothin
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 import orjson
 
 from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_table
-from collector.monitoring.check import CheckRequest, Outcome, failing_slices, outcome_json, run_check
+from collector.feedback.agreement import AgreementGate, agreement_report, check_agreement
+from collector.monitoring.check import (
+    AGREEMENT_CODES,
+    VERDICTS,
+    CheckRequest,
+    Outcome,
+    failing_slices,
+    outcome_json,
+    run_check,
+    worst_code,
+)
 from collector.monitoring.gates import Gate, GateKind
 from collector.monitoring.regression import Baseline, RegressionSettings
 from collector.schema.scope import Scope, check_dimension, parse_slices
@@ -120,6 +131,20 @@ def _gates(kind: GateKind, values: tuple[str, ...]) -> list[Gate]:
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     help="False-alarm rate of a run (default: monitoring.alpha).",
 )
+@click.option(
+    "--min-agreement",
+    "min_agreements",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Cohen's kappa of the evaluator with reviewers' verdicts (its current judge) at least VALUE.",
+)
+@click.option(
+    "--agreement-since",
+    default="30d",
+    show_default=True,
+    callback=_duration,
+    help="With --min-agreement: the verdicts given in this window.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout instead of tables.")
 @click.pass_context
 @user_errors
@@ -144,6 +169,8 @@ def check(
     recent_version: str | None,
     min_effect: float | None,
     alpha: float | None,
+    min_agreements: tuple[str, ...],
+    agreement_since: float,
     as_json: bool,
 ) -> None:
     """Quality gates over stored scores (`--min faithfulness=0.9`), and regressions against a baseline
@@ -153,9 +180,13 @@ def check(
         + _gates("min_pass_rate", min_pass_rates)
         + _gates("max_error_rate", max_error_rates)
     )
-    if not gates and not regression:
+    try:
+        agreement_gates = [AgreementGate.parse(text) for text in min_agreements]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--min-agreement") from None
+    if not gates and not regression and not agreement_gates:
         raise click.UsageError(
-            "nothing to check: give --min, --min-pass-rate, --max-error-rate or --regression"
+            "nothing to check: give --min, --min-pass-rate, --max-error-rate, --min-agreement or --regression"
         )
     try:
         scope = Scope.of(service, probe, parse_slices(slices))
@@ -200,12 +231,41 @@ def check(
         regression=settings,
     )
     with sql_runner(config, url) as run:
-        outcome = run_check(lambda sql: run(sql, config.sql.max_rows)[0], request)
+        rows = lambda sql: run(sql, config.sql.max_rows)[0]  # noqa: E731
+        outcome = run_check(rows, request)
+        agreement = []
+        if agreement_gates:
+            report = agreement_report(rows, Window.ending(end, agreement_since), service)
+            agreement = check_agreement(report, agreement_gates, samples)
+    code = worst_code(outcome.code, *(AGREEMENT_CODES[a["status"]] for a in agreement))
     if as_json:
-        sys.stdout.write(orjson.dumps(outcome_json(outcome)).decode() + "\n")
+        found = outcome_json(outcome)
+        if agreement_gates:
+            found |= {"agreement": agreement, "status": VERDICTS[code], "exit_code": code}
+        sys.stdout.write(orjson.dumps(found).decode() + "\n")
     else:
         _print(outcome)
-    ctx.exit(outcome.code)
+        if agreement:
+            _print_agreement(agreement)
+    ctx.exit(code)
+
+
+def _print_agreement(results: list[dict[str, Any]]) -> None:
+    rows = [
+        [
+            r["gate"],
+            r.get("model") or "-",
+            r.get("prompt_version") or "-",
+            _number(r.get("kappa")),
+            str(r.get("n", 0)),
+            "-" if r.get("kappa_low") is None else f"{r['kappa_low']:.3f}-{r['kappa_high']:.3f}",
+            r["status"] + (f" ({r['reason']})" if r["reason"] else ""),
+        ]
+        for r in results
+    ]
+    print_table(
+        ["agreement gate", "model", "prompt", "kappa", "n", "95% CI", "result"], rows, width=TABLE_WIDTH
+    )
 
 
 def _number(value: float | None, digits: int = 3) -> str:

@@ -17,6 +17,7 @@ evaluator's scores, so their agreement is the evaluator's; traces people chose t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from collector.feedback.agreement_stats import Confusion, cohen_kappa
@@ -63,6 +64,7 @@ def agreement_report(
                 "spearman": _number(values.get("spearman")) if n_values >= 3 else None,
                 "mae": _number(values.get("mae")),
                 "n_other": int(row["n_other"]),
+                "last_verdict_at": row["last_verdict_at"],
             }
         )
     return {
@@ -77,3 +79,57 @@ def _number(value: Any) -> float | None:
         return None
     number = float(value)
     return None if math.isnan(number) else number
+
+
+# Float noise only: a κ of exactly the threshold holds.
+_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class AgreementGate:
+    """`ragpulse check --min-agreement faithfulness=0.6`: the evaluator's κ with people at least 0.6."""
+
+    score: str
+    threshold: float
+
+    @classmethod
+    def parse(cls, text: str) -> AgreementGate:
+        """`NAME=VALUE`, the value a κ between -1 and 1."""
+        name, sep, raw = text.rpartition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"expected NAME=VALUE, got {text!r}")
+        try:
+            threshold = float(raw)
+        except ValueError:
+            raise ValueError(f"not a number in {text!r}") from None
+        if not -1.0 <= threshold <= 1.0:
+            raise ValueError(f"a kappa is between -1 and 1, got {text!r}")
+        return cls(name.strip(), threshold)
+
+
+def check_agreement(
+    report: dict[str, Any], gates: list[AgreementGate], min_samples: int
+) -> list[dict[str, Any]]:
+    """Each gate against the evaluator as it judges now: of the score's groups (judge model and
+    prompt version), the one people gave a verdict on last. `pass` when its κ meets the threshold,
+    `fail` when not, `insufficient` with fewer than `min_samples` verdicts in the sample or an
+    undefined κ (every verdict the same on both sides)."""
+    results = []
+    for gate in gates:
+        groups = [e for e in report["evaluators"] if e["name"] == gate.score]
+        current = max(groups, key=lambda e: e["last_verdict_at"] or "", default=None)
+        found: dict[str, Any] = {"gate": f"{gate.score} kappa >= {gate.threshold:g}", "score": gate.score}
+        if current is None or current["n"] < min_samples or current["kappa"] is None:
+            n = 0 if current is None else current["n"]
+            status, reason = "insufficient", f"{n} verdict(s) in the sample, {min_samples} needed"
+            if current is not None and current["kappa"] is None and n >= min_samples:
+                reason = "kappa is undefined: every verdict the same on both sides"
+        else:
+            status = "pass" if current["kappa"] >= gate.threshold - _TOLERANCE else "fail"
+            reason = None
+        if current is not None:
+            found |= {
+                k: current[k] for k in ("model", "prompt_version", "n", "kappa", "kappa_low", "kappa_high")
+            }
+        results.append(found | {"status": status, "reason": reason})
+    return results

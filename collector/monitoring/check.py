@@ -17,6 +17,16 @@ from collector.store.reads.slices import slice_values
 
 EXIT_PASS, EXIT_FAIL, EXIT_INSUFFICIENT = 0, 1, 2
 VERDICTS = {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_INSUFFICIENT: "insufficient"}
+# A gate's status as the exit code it asks for (agreement gates, checked beside the others).
+AGREEMENT_CODES = {status: code for code, status in VERDICTS.items()}
+
+
+def worst_code(*codes: int) -> int:
+    """The exit code of several checks together: a failure first, then too little data."""
+    for code in (EXIT_FAIL, EXIT_INSUFFICIENT):
+        if code in codes:
+            return code
+    return EXIT_PASS
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ from collector.store.duckdb_rows import insert_rows, quoted, registered
 # What a `scores` row of a feedback row `f` on its trace `t` holds; the other columns are null.
 _SCORE_OF_FEEDBACK = {
     "trace_id": "t.trace_id",
-    "span_id": "coalesce(f.span_id, t.root_span_id)",
+    # The span named, else the root; a trace without a root (only orphaned spans came) has its
+    # scores under no span, as `scoring.evaluated_span` leaves them.
+    "span_id": "coalesce(f.span_id, t.root_span_id, '')",
     "name": "f.name",
     "value": "f.value",
     "status": "f.status",
@@ -105,18 +107,15 @@ def replace_feedback(
                 con.execute(f"DELETE FROM scores WHERE {old}")
                 con.execute("DELETE FROM feedback WHERE feedback_id IN (SELECT feedback_id FROM _replaced)")
         con.execute("INSERT INTO feedback BY NAME SELECT * FROM _feedback")
-        scores = _as_scores(con.execute(_select_scores("_feedback", "traces")).to_arrow_table())
-    return scores, affected, _slices(con, scores, aggregate_key)
-
-
-def _slices(con: duckdb.DuckDBPyConnection, scores: pa.Table, aggregate_key: Sequence[str]) -> pa.Table:
-    """The probe and dimension values of the traces of `scores` (`insert_scores`' slices)."""
-    columns = [c for c in aggregate_key if c not in ("bucket", "service_name", "name")]
-    ids = pa.table({"trace_id": pc.unique(scores["trace_id"])})
-    with registered(con, "_scored", ids):
-        return con.execute(
-            f"SELECT trace_id, {quoted(columns)} FROM traces WHERE trace_id IN (SELECT trace_id FROM _scored)"
+        # The feedback's traces, read once: for the score rows and for their slices.
+        slices = [c for c in aggregate_key if c not in ("bucket", "service_name", "name")]
+        traces = con.execute(
+            "SELECT trace_id, root_span_id, service_name, start_time, assembly_count, "
+            f"{quoted(slices)} FROM traces WHERE trace_id IN (SELECT trace_id FROM _feedback)"
         ).to_arrow_table()
+        with registered(con, "_traces", traces):
+            scores = _as_scores(con.execute(_select_scores("_feedback", "_traces")).to_arrow_table())
+    return scores, affected, traces.select(["trace_id", *slices])
 
 
 def scores_of_assembled(con: duckdb.DuckDBPyConnection, traces: str) -> pa.Table | None:

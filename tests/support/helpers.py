@@ -376,16 +376,20 @@ def emit_rag_request(
     document: str,
     answer: str,
     before_root_ends: Callable[[], object] | None = None,
+    on_chat: Callable[[Any], object] | None = None,
 ) -> str:
     """One RAG request in the ragpulse convention, through the real SDK: a root, a retrieval of one
-    document (`crm-1`) and a chat step. `before_root_ends` runs once the children have ended, before
-    the root does. Returns the trace id (hex)."""
+    document (`crm-1`) and a chat step. `on_chat(span)` runs on the chat step's span before it ends
+    (an attribute, an event); `before_root_ends` once the children have ended, before the root does.
+    Returns the trace id (hex)."""
     with emit.request(tracer, question) as request:
         with emit.retrieval(tracer, question, data_source="kb", top_k=1) as step:
             step.documents([{"id": "crm-1", "score": 0.9, "content": document}])
         with emit.chat(tracer, model="gpt-test", provider="openai") as chat:
             chat.messages([{"role": "user", "content": question}])
             chat.output(answer, input_tokens=50, output_tokens=12)
+            if on_chat is not None:
+                on_chat(chat.span)
         request.answer(answer)
         if before_root_ends is not None:
             before_root_ends()

@@ -26,8 +26,9 @@ def _in_sample(sample: str) -> str:
 
 def confusion_sql(window: Window, service: str | None, sample: str) -> str:
     """Per evaluator: the judge-by-human pass/fail counts of the labels in the sample (`random` or
-    `all`), and how many labels of the window were left out of it (`n_other`). A score that was an
-    error or skipped is in `n_other` too: it gave no verdict to agree with."""
+    `all`), how many labels of the window were left out of it (`n_other`), and when the last was
+    given. A score that was an error or skipped is in `n_other` too: it gave no verdict to agree
+    with."""
     chosen = f"({_in_sample(sample)}) AND score_status IN ('pass', 'fail')"
     counts = ", ".join(
         f"count(*) FILTER ({chosen} AND score_status = '{judge}' AND human_status = '{human}') "
@@ -36,7 +37,9 @@ def confusion_sql(window: Window, service: str | None, sample: str) -> str:
         for human in ("pass", "fail")
     )
     return (
-        f"SELECT {_GROUP}, {counts}, count(*) FILTER (NOT ({chosen})) AS n_other "
+        f"SELECT {_GROUP}, {counts}, count(*) FILTER (NOT ({chosen})) AS n_other, "
+        # As text, one spelling whichever way the rows come (a file's cursor or `/api/sql`'s JSON).
+        "strftime(max(created_at), '%Y-%m-%dT%H:%M:%S.%f') AS last_verdict_at "
         f"FROM ({_labels(window, service)}) GROUP BY ALL ORDER BY {_GROUP}"
     )
 

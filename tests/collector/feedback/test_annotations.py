@@ -159,3 +159,46 @@ def test_verdicts_on_no_score_or_with_bad_fields_are_refused(judged_shop: Servic
     assert bad_window.status_code == 400 and "since" in bad_window.json()["error"]
     bad_sample = httpx.get(f"{judged_shop.http_url}/api/agreement", params={"sample": "some"}, timeout=10)
     assert bad_sample.status_code == 400
+
+
+def test_check_gates_on_the_agreement_of_the_current_judge(judged_shop: Service, tmp_path: Path) -> None:
+    # A deterministic evaluator that people agree with on every verdict: kappa 1.
+    hits = sql(
+        judged_shop,
+        "SELECT trace_id, status FROM scores WHERE name = 'retrieval.hit@5' ORDER BY trace_id",
+    )
+    assert {h["status"] for h in hits} == {"pass", "fail"}
+    for hit in hits:
+        body = {"trace_id": hit["trace_id"], "name": "retrieval.hit@5", "human_status": hit["status"]}
+        assert annotate(judged_shop, {**body, "author": "dee", "queue": "random"}).status_code == 200
+
+    def check(*gates: str) -> tuple[int, dict[str, Any]]:
+        result = run_ragpulse(
+            "check", "--server", judged_shop.http_url, "--min-samples", "10", *gates, "--json", cwd=tmp_path
+        )
+        return result.returncode, orjson.loads(result.stdout)
+
+    code, found = check("--min-agreement", "retrieval.hit@5=0.8")
+    assert code == 0 and found["status"] == "pass"
+    [gate] = found["agreement"]
+    assert (gate["status"], gate["kappa"], gate["n"], gate["model"]) == ("pass", 1.0, 24, None)
+
+    # Beside a gate on the scores; and a judge that agrees by chance only fails the check.
+    for i, score in enumerate(judged(judged_shop, "context_precision")[:12]):
+        human = "fail" if i % 3 == 0 else "pass"
+        body = {"trace_id": score["trace_id"], "name": "context_precision", "human_status": human}
+        assert annotate(judged_shop, {**body, "author": "dee", "queue": "random"}).status_code == 200
+    code, found = check("--min", "retrieval.hit@5=0", "--min-agreement", "context_precision=0.2")
+    assert code == 1 and found["status"] == "fail" and found["gates"][0]["status"] == "pass"
+    assert [g["status"] for g in found["agreement"]] == ["fail"]
+
+    # Too few verdicts in the sample to decide.
+    code, found = check("--min-agreement", "answer_correctness=0.5")
+    assert code == 2 and found["agreement"][0]["status"] == "insufficient"
+
+    bad = run_ragpulse("check", "--server", judged_shop.http_url, "--min-agreement", "faith", cwd=tmp_path)
+    assert bad.returncode == 2 and "--min-agreement" in bad.stderr
+    table = run_ragpulse(
+        "check", "--server", judged_shop.http_url, "--min-agreement", "retrieval.hit@5=0.8", cwd=tmp_path
+    )
+    assert table.returncode == 0 and "retrieval.hit@5 kappa >= 0.8" in table.stdout

@@ -19,8 +19,8 @@ from opentelemetry.sdk.resources import Resource
 
 from collector.feedback.verdicts import value_of, verdict
 from collector.service import BackgroundService, Service
-from semconv import emit
 from tests.support.helpers import (
+    emit_rag_request,
     fast_assembler,
     make_config,
     sdk_exporter,
@@ -30,6 +30,7 @@ from tests.support.helpers import (
 )
 
 QUESTION = "Do you ship to Norway?"
+DOCUMENT = "We ship to Norway in 5-7 days."
 ANSWER = "Yes, in 5 to 7 days."
 EVENT = "gen_ai.evaluation.result"
 
@@ -51,18 +52,15 @@ def external_scores(svc: Service) -> list[dict[str, Any]]:
 def request_with_events(svc: Service, on_chat: Any) -> tuple[str, str]:
     """One RAG request whose chat span gets `on_chat(span)` before it ends; (trace id, chat span id)."""
     provider = sdk_tracer_provider(svc, "shop-bot", transport="grpc")
-    tracer = provider.get_tracer("tests")
-    with emit.request(tracer, QUESTION) as request:
-        with emit.retrieval(tracer, QUESTION, data_source="kb", top_k=1) as step:
-            step.documents([{"id": "ship-1", "score": 0.8, "content": "We ship to Norway in 5-7 days."}])
-        with emit.chat(tracer, model="gpt-test", provider="openai") as chat:
-            chat.output(ANSWER, input_tokens=10, output_tokens=5)
-            on_chat(chat.span)
-            span_id = format(chat.span.get_span_context().span_id, "016x")
-        request.answer(ANSWER)
-        trace_id = format(request.span.get_span_context().trace_id, "032x")
+    chat_spans: list[str] = []
+
+    def evaluate(span: Any) -> None:
+        on_chat(span)
+        chat_spans.append(format(span.get_span_context().span_id, "016x"))
+
+    trace_id = emit_rag_request(provider.get_tracer("tests"), QUESTION, DOCUMENT, ANSWER, on_chat=evaluate)
     provider.shutdown()
-    return trace_id, span_id
+    return trace_id, chat_spans[0]
 
 
 def test_evaluation_span_events_are_external_scores_counted_once(svc: Service) -> None:

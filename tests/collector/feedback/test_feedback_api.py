@@ -19,7 +19,6 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from collector.service import BackgroundService, Service
-from semconv import emit
 from tests.support.helpers import (
     ServeProcess,
     emit_rag_request,
@@ -79,18 +78,14 @@ def remote_parent(trace_id: str) -> Context:
 
 
 def send_request(target: Any, service: str = "shop-bot", response_id: str | None = None) -> str:
+    """One RAG request of `service` (its LLM call answering with `response_id`); its trace id."""
     provider = sdk_tracer_provider(target, service)
-    tracer = provider.get_tracer("tests")
-    with emit.request(tracer, QUESTION) as request:
-        with emit.retrieval(tracer, QUESTION, data_source="kb", top_k=1) as step:
-            step.documents([{"id": "returns-1", "score": 0.9, "content": DOCUMENT}])
-        with emit.chat(tracer, model="gpt-test", provider="openai") as chat:
-            chat.messages([{"role": "user", "content": QUESTION}])
-            chat.output(ANSWER, input_tokens=20, output_tokens=6)
-            if response_id is not None:
-                chat.span.set_attribute("gen_ai.response.id", response_id)
-        request.answer(ANSWER)
-        trace_id = format(request.span.get_span_context().trace_id, "032x")
+
+    def on_chat(span: Any) -> None:
+        if response_id is not None:
+            span.set_attribute("gen_ai.response.id", response_id)
+
+    trace_id = emit_rag_request(provider.get_tracer("tests"), QUESTION, DOCUMENT, ANSWER, on_chat=on_chat)
     provider.shutdown()
     return trace_id
 
