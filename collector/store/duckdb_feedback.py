@@ -118,17 +118,19 @@ def replace_feedback(
     return scores, affected, traces.select(["trace_id", *slices])
 
 
-def scores_of_assembled(con: duckdb.DuckDBPyConnection, traces: str) -> pa.Table | None:
-    """The score rows of the stored feedback on the traces just assembled (`traces`, a registered
-    Arrow table of `traces` rows): by trace id, and by response id (those then keep the trace id).
-    None when there is none."""
-    con.execute(
-        "UPDATE feedback f SET trace_id = t.trace_id FROM ("
-        f"SELECT trace_id, unnest(response_ids) AS response_id FROM {traces} "
-        "WHERE response_ids IS NOT NULL) t "
-        "WHERE f.trace_id IS NULL AND f.response_id = t.response_id"
-    )
-    scores = con.execute(_select_scores("feedback", traces)).to_arrow_table()
+def scores_of_assembled(con: duckdb.DuckDBPyConnection, traces: pa.Table) -> pa.Table | None:
+    """The score rows of the stored feedback on the traces just assembled (`traces` rows): by trace
+    id, and by response id (those then keep the trace id). None when there is none. An assembly whose
+    traces name no response (most: not every instrumentation records it) updates nothing."""
+    with registered(con, "_assembled", traces):
+        if pc.any(pc.is_valid(traces["response_ids"])).as_py():
+            con.execute(
+                "UPDATE feedback f SET trace_id = t.trace_id FROM ("
+                "SELECT trace_id, unnest(response_ids) AS response_id FROM _assembled "
+                "WHERE response_ids IS NOT NULL) t "
+                "WHERE f.trace_id IS NULL AND f.response_id = t.response_id"
+            )
+        scores = con.execute(_select_scores("feedback", "_assembled")).to_arrow_table()
     return _as_scores(scores) if scores.num_rows else None
 
 

@@ -339,8 +339,7 @@ class DuckDBStore(Store):
         insert_rows(con, "evaluation_outbox", self._stamp(tables.outbox))
         scores = tables.scores
         if self._feedback_stored or self.shared:  # another replica may have stored some
-            with registered(con, "_assembled", tables.traces):
-                feedback = scores_of_assembled(con, "_assembled")
+            feedback = scores_of_assembled(con, tables.traces)
             if feedback is not None:
                 scores = feedback if scores is None else pa.concat_tables([scores, feedback])
         self._insert_scores(con, scores, affected, slices)

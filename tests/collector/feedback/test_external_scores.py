@@ -7,8 +7,6 @@ DuckDB file read through /api/sql.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +16,9 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
 from collector.feedback.verdicts import value_of, verdict
-from collector.service import BackgroundService, Service
+from collector.service import Service
 from tests.support.helpers import (
     emit_rag_request,
-    fast_assembler,
-    make_config,
     sdk_exporter,
     sdk_tracer_provider,
     sql,
@@ -33,12 +29,6 @@ QUESTION = "Do you ship to Norway?"
 DOCUMENT = "We ship to Norway in 5-7 days."
 ANSWER = "Yes, in 5 to 7 days."
 EVENT = "gen_ai.evaluation.result"
-
-
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[Service]:
-    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as service:
-        yield service
 
 
 def external_scores(svc: Service) -> list[dict[str, Any]]:

@@ -8,22 +8,17 @@ subprocess killed with SIGKILL).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from collector.service import BackgroundService, Service
+from collector.service import Service
 from tests.support.helpers import (
     ServeProcess,
     emit_rag_request,
-    fast_assembler,
-    make_config,
     metric,
     sdk_tracer_provider,
     sql,
@@ -33,12 +28,6 @@ from tests.support.helpers import (
 QUESTION = "Can I return opened headphones?"
 DOCUMENT = "Opened headphones can be returned within 14 days."
 ANSWER = "Yes, within 14 days."
-
-
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[Service]:
-    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as service:
-        yield service
 
 
 def post(target: Any, body: Any) -> httpx.Response:
