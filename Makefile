@@ -70,7 +70,8 @@ bench: $(STAMP)
 # The dashboard's pictures in docs/images: the browser tests save each page they look at.
 screenshots: $(STAMP)
 	RAGPULSE_SCREENSHOTS=docs/images $(BIN)/pytest -q -p no:cacheprovider \
-		tests/collector/dashboard/test_dashboard_ui.py tests/collector/dashboard/test_dashboard_slices_ui.py
+		tests/collector/dashboard/test_dashboard_ui.py tests/collector/dashboard/test_dashboard_slices_ui.py \
+		tests/collector/dashboard/test_dashboard_review_ui.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build

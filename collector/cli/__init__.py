@@ -28,6 +28,7 @@ COMMANDS = {
     "probes": "collector.cli.probes:probes",
     "mcp": "collector.cli.mcp:mcp",
     "agreement": "collector.cli.agreement:agreement",
+    "align": "collector.cli.align:align",
 }
 
 

@@ -45,3 +45,40 @@ def load_cases(
             store.write_cases(cases_table(cases, str(file)))
         where = config.store.location
     click.echo(f"loaded {len(cases)} case(s) from {file} into {where}")
+
+
+@datasets.command("export")
+@click.option(
+    "--labels",
+    "labels_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write people's labelled traces here as a calibration file (`ragpulse calibrate` reads it).",
+)
+@config_option
+@key_option
+@click.option("--since", default="30d", show_default=True, help="Labels given in this window: 1h, 7d, 30d.")
+@click.option("--service", help="Only this service's traces.")
+@click.option("--server", help="URL of a running ragpulse (its HTTP port).")
+@click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (store.path).")
+@click.pass_context
+@user_errors
+def export_labels(
+    ctx: click.Context,
+    labels_path: Path,
+    config_path: str | None,
+    since: str,
+    service: str | None,
+    server: str | None,
+    db: str | None,
+) -> None:
+    """Write the traces people labelled (POST /api/annotations) as a calibration file: a case per
+    trace with its question, documents and answer as the judge saw them, and `verdicts` holding the
+    people's verdict per score (the majority of several annotators; ties are left out and counted).
+
+    `ragpulse calibrate FILE --judge MODEL` then measures any judge on your own labels.
+    """
+    from collector.cli.labels import export_labels as export
+
+    config, url = target(ctx, config_path, server, db)
+    click.echo(export(config, url, labels_path, since, service))

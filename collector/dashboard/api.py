@@ -5,7 +5,10 @@
 - `GET /api/regressions?since=&until=&service=&baseline=`: scores against the window before;
 - `GET /api/traces?since=&until=&service=&status=&score=&below=&failing=&q=&sort=&order=&limit=&offset=`:
   one page of traces, filtered and sorted on the server, with the total;
-- `GET /api/traces/{trace_id}`: one trace with its spans, steps, documents and scores;
+- `GET /api/traces/{trace_id}`: one trace with its spans, steps, documents, scores and people's
+  verdicts on them;
+- `GET /api/review?name=&queue=random|contested&since=&service=&author=&limit=`: the traces a
+  reviewer labels next for one score (docs/feedback.md, "The review queues");
 - `GET /api/alerts`: alert states, their latest events, and judge canary runs;
 - `GET /api/probes?probe=&limit=`: recent probe runs, newest first;
 - `GET /api/probes/{run_id}`: one probe run (`latest`: the newest, of `?probe=`) with each case's
@@ -43,6 +46,7 @@ class DashboardApi:
             Route("/api/regressions", self._endpoint(self._regressions), methods=["GET"]),
             Route("/api/traces", self._endpoint(self._traces), methods=["GET"]),
             Route("/api/traces/{trace_id}", self._endpoint(self._trace), methods=["GET"]),
+            Route("/api/review", self._endpoint(self._review), methods=["GET"]),
             Route("/api/alerts", self._endpoint(self._alerts), methods=["GET"]),
             Route("/api/probes", self._endpoint(self._probes), methods=["GET"]),
             Route("/api/probes/{run_id}", self._endpoint(self._probe_run), methods=["GET"]),
@@ -77,6 +81,9 @@ class DashboardApi:
         if found is None:
             return {"error": f"no assembled trace {trace_id.lower()}"}, 404
         return found, 200
+
+    def _review(self, request: Request) -> Answer:
+        return self._data.review(_params(request)), 200
 
     def _alerts(self, request: Request) -> Answer:
         return self._data.alerts(), 200

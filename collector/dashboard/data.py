@@ -22,10 +22,15 @@ from collector.schema.scope import Scope, parse_slices
 from collector.schema.windows import Window, check_window, parse_duration, parse_time, utc_now
 from collector.store.reads import Query
 from collector.store.reads import dashboard as reads
+from collector.store.reads import review as review_reads
 from collector.store.reads.dashboard import SORT_KEYS, TraceFilter
 
 # The most traces one page lists.
 MAX_PAGE = 500
+# The review queues (docs/feedback.md), and how near its threshold a value is borderline.
+QUEUES = ("random", "contested")
+BORDERLINE_MARGIN = 0.1
+REVIEWER = "anonymous"  # the reviewer of a queue that names none (as `annotations.author`)
 Params = Mapping[str, str]
 
 
@@ -149,6 +154,45 @@ class DashboardData:
             "steps": self._rows(reads.steps_sql(trace_id)),
             "documents": mark_expected(documents, trace.get("expected_documents")),
             "scores": self._rows(reads.scores_sql(trace_id)),
+            "annotations": self._rows(review_reads.trace_annotations_sql(trace_id)),
+        }
+
+    def review(self, params: Params) -> dict[str, Any]:
+        """The traces a reviewer labels next for one score, from the `random` or the `contested`
+        queue (`store/reads/review.py`), with the score names that can be reviewed in the window."""
+        window = window_of(params)
+        service = params.get("service") or None
+        queue = params.get("queue") or "random"
+        if queue not in QUEUES:
+            raise BadParameter(f"queue: one of {', '.join(QUEUES)}")
+        author = (params.get("author") or REVIEWER).strip() or REVIEWER
+        if len(author) > 200:
+            raise BadParameter("author: at most 200 characters")
+        limit = _integer(params, "limit", 20, 1, MAX_PAGE)
+        names = self._rows(review_reads.reviewable_names_sql(window, service))
+        name = params.get("name") or (names[0]["name"] if names else None)
+        traces: list[dict[str, Any]] = []
+        if name is not None:
+            if queue == "random":
+                sql = review_reads.random_queue_sql(name, window, service, author, limit)
+            else:
+                margin = BORDERLINE_MARGIN
+                sql = review_reads.contested_queue_sql(name, window, service, author, limit, margin)
+            traces = self._rows(sql)
+        remaining = int(traces[0]["remaining"]) if traces else 0
+        for trace in traces:
+            del trace["remaining"]
+        return {
+            "window": window.describe(),
+            "name": name,
+            "queue": queue,
+            "author": author,
+            "names": names,
+            "feedback_names": [
+                r["name"] for r in self._rows(review_reads.feedback_names_sql(window, service))
+            ],
+            "remaining": remaining,
+            "traces": traces,
         }
 
     def alerts(self) -> dict[str, Any]:

@@ -12,6 +12,11 @@ people's verdicts (`annotations`) given in a window:
 
 The estimate counts only the random queue's verdicts by default: those were drawn uniformly from the
 evaluator's scores, so their agreement is the evaluator's; traces people chose to open are not.
+
+`feedback_report` (`GET /api/agreement?feedback=thumbs`, `ragpulse agreement --feedback thumbs`)
+asks the other question, whether a score matters to users: for each score, the AUC of its values
+against the pass/fail feedback of that name on the same traces, with DeLong's 95 % interval
+(`agreement_stats.delong_auc` says which way it points).
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from collector.feedback.agreement_stats import Confusion, cohen_kappa
+from collector.feedback.agreement_stats import Confusion, cohen_kappa, delong_from_sums
 from collector.schema.windows import Window
 from collector.store.reads import Query
-from collector.store.reads.feedback import confusion_sql, values_sql
+from collector.store.reads.feedback import confusion_sql, feedback_auc_sql, values_sql
 
 Sample = Literal["random", "all"]
 SAMPLES: tuple[Sample, ...] = ("random", "all")
@@ -71,6 +76,33 @@ def agreement_report(
         "window": {"start": window.start.isoformat(), "end": window.end.isoformat()},
         "sample": sample,
         "evaluators": evaluators,
+    }
+
+
+def feedback_report(query: Query, window: Window, service: str | None, feedback_name: str) -> dict[str, Any]:
+    """`{"window": ..., "feedback": NAME, "scores": [{"name", "n_positive", "n_negative", "auc",
+    "auc_low", "auc_high"}]}`: each score against the feedback `feedback_name` given in the window
+    (`feedback_pairs_sql` says what is paired), the highest AUC first, undefined ones last."""
+    scores = []
+    for row in query(feedback_auc_sql(window, service, feedback_name)):
+        auc = delong_from_sums(
+            *(int(row[k]) for k in ("n_positive", "n_negative", "sum_a", "sum_a2", "sum_b", "sum_b2"))
+        )
+        scores.append(
+            {
+                "name": row["name"],
+                "n_positive": auc.n_positive,
+                "n_negative": auc.n_negative,
+                "auc": auc.auc,
+                "auc_low": auc.low,
+                "auc_high": auc.high,
+            }
+        )
+    scores.sort(key=lambda s: (s["auc"] is None, -(s["auc"] or 0.0), s["name"]))
+    return {
+        "window": {"start": window.start.isoformat(), "end": window.end.isoformat()},
+        "feedback": feedback_name,
+        "scores": scores,
     }
 
 

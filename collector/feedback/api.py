@@ -9,7 +9,9 @@
 - `POST /api/annotations`: a reviewer's verdict on one of ragpulse's scores (`annotations.py`); the
   stored row, or 404 when the trace has no such score. The `annotate` scope.
 - `GET /api/agreement?since=30d&until=&service=&sample=random|all`: agreement of each evaluator with
-  the verdicts (`agreement.py`). The `read` scope.
+  the verdicts (`agreement.py`). With `feedback=NAME` (e.g. `thumbs`): instead, the AUC of each score
+  against the users' feedback of that name given in the window (`agreement.feedback_report`; 400 on
+  an empty name). The `read` scope.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from collector.api import OrjsonResponse
-from collector.feedback.agreement import SAMPLES, agreement_report
+from collector.feedback.agreement import SAMPLES, agreement_report, feedback_report
 from collector.feedback.annotations import annotation_table, parse_annotation
 from collector.feedback.items import FeedbackError, feedback_table, last_of_each_id, parse_feedback
 from collector.schema.windows import Window, parse_duration, parse_time, utc_now
@@ -104,6 +106,12 @@ class FeedbackApi:
         except (ValueError, OverflowError) as exc:
             return _bad(f"since / until: {exc}")
         service = params.get("service") or None
+        if "feedback" in params:
+            name = params["feedback"].strip()
+            if not name:
+                return _bad("feedback: give the name of the feedback (thumbs, rating, ...)")
+            found = await run_in_threadpool(feedback_report, self._read_rows, window, service, name)
+            return OrjsonResponse(found)
         report = await run_in_threadpool(agreement_report, self._read_rows, window, service, sample)
         return OrjsonResponse(report)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from collector.feedback.agreement import AgreementGate, agreement_report, check_agreement
 from collector.monitoring.config import AlertRule, MonitoringConfig
 from collector.monitoring.gates import Gate, GateKind, check_gates
 from collector.monitoring.regression import Baseline, Comparison, RegressionSettings, compare
@@ -125,6 +126,8 @@ def condition_text(rule: AlertRule) -> str:
         return f"at most {rule.max_unanswered} unanswered request(s) in a run of probe {rule.probe}"
     if rule.max_missing_traces is not None:
         return f"at most {rule.max_missing_traces} request(s) without a trace in a run of probe {rule.probe}"
+    if rule.min_agreement is not None:
+        return f"{rule.score} kappa with reviewers >= {rule.min_agreement:g}"
     assert rule.regression is not None
     return f"{rule.score} no lower than {_seconds(rule.regression.baseline)} earlier"
 
@@ -139,6 +142,8 @@ def observe(rule: AlertRule, query: Query, now: datetime, monitoring: Monitoring
     scope, or one per slice (`by`), or per service (a regression)."""
     if rule.max_unanswered is not None or rule.max_missing_traces is not None:
         return [_probe_run_observation(rule, query)]
+    if rule.min_agreement is not None:
+        return [_agreement_observation(rule, query, now, rule.min_samples or monitoring.min_samples)]
     # The whole minutes covering the last `window` seconds, as `check --since` and the dashboard.
     window = Window.covering(now, rule.window)
     scope = scope_of(rule)
@@ -195,6 +200,22 @@ def _regression_observation(service: str | None, comparisons: list[Comparison]) 
     else:
         status = "insufficient"
     return Observation(service, status, shown.recent, shown.n_recent, detail)
+
+
+def _agreement_observation(rule: AlertRule, query: Query, now: datetime, samples: int) -> Observation:
+    """The evaluator's kappa with reviewers over the verdicts given in the window (the gate of
+    `check --min-agreement`): firing below the threshold, insufficient on too few verdicts."""
+    assert rule.score is not None and rule.min_agreement is not None
+    report = agreement_report(query, Window.ending(now, rule.window), rule.service)
+    (result,) = check_agreement(report, [AgreementGate(rule.score, rule.min_agreement)], samples)
+    kappa = result.get("kappa")
+    judge = f"{result.get('model') or 'deterministic'} {result.get('prompt_version') or ''}".strip()
+    detail = (
+        f"{rule.score} kappa {_number(kappa)} with reviewers (n={result.get('n', 0)}, {judge})"
+        if result["reason"] is None
+        else f"{rule.score}: {result['reason']}"
+    )
+    return Observation(rule.service, _GATE_TO_ALERT[result["status"]], kappa, int(result.get("n", 0)), detail)
 
 
 def _probe_run_observation(rule: AlertRule, query: Query) -> Observation:

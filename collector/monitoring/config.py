@@ -30,7 +30,14 @@ class RegressionCondition(Section):
 
 
 PROBE_RUN_CONDITIONS = ("max_unanswered", "max_missing_traces")
-ALERT_CONDITIONS = ("min", "min_pass_rate", "max_error_rate", "regression", *PROBE_RUN_CONDITIONS)
+ALERT_CONDITIONS = (
+    "min",
+    "min_pass_rate",
+    "max_error_rate",
+    "regression",
+    "min_agreement",
+    *PROBE_RUN_CONDITIONS,
+)
 
 
 class AlertRule(Section):
@@ -48,6 +55,9 @@ class AlertRule(Section):
     min_pass_rate: float | None = Field(None, ge=0, le=1)
     max_error_rate: float | None = Field(None, ge=0, le=1)
     regression: RegressionCondition | None = None
+    # Cohen's kappa of the score's evaluator with reviewers' verdicts (the random queue's, given in
+    # the window: make it days), on its current judge model and prompt version, as `check --min-agreement`.
+    min_agreement: float | None = Field(None, ge=-1, le=1)
     # Conditions on the probe's latest finished run (need `probe`): requests the app did not answer,
     # and answered requests whose trace never arrived (the app's tracing is broken).
     max_unanswered: int | None = Field(None, ge=0)
@@ -82,6 +92,10 @@ class AlertRule(Section):
             return self
         if self.score is None and given[0] != "max_error_rate":
             raise ValueError(f"an alert on {given[0]} needs a score")
+        if given[0] == "min_agreement" and (self.probe or self.slice or self.by):
+            raise ValueError(
+                "an alert on min_agreement watches reviewers' verdicts: it takes no probe, slice or by"
+            )
         if self.regression is not None and self.regression.baseline < self.window:
             raise ValueError("regression.baseline must be at least the window, so the two do not overlap")
         return self

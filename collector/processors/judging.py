@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-import orjson
 import pyarrow as pa
 
 from collector.lifecycle import Component, remaining
 from collector.processors.config import ScoringConfig
+from collector.processors.judge_input import judge_trace
 from collector.processors.redaction import Redactor
 from collector.processors.sampler import JudgeBudget
 from collector.processors.scoring import ScoreRows, record_metrics, score_rows
@@ -38,7 +38,7 @@ from collector.store.health import log_failure
 from collector.telemetry import Metrics
 from evaluators.metric import Evaluator
 from evaluators.scores import Score
-from semconv import RagTrace, map_trace
+from semconv import RagTrace
 from semconv.options import DEFAULT_OPTIONS, MappingOptions
 
 log = logging.getLogger(__name__)
@@ -180,14 +180,9 @@ class JudgeStage(Component):
         works = []
         for trace_id, records in records_by_trace(span_records(spans, events)).items():
             row = rows[trace_id]
-            expected_answer = row["expected_answer"]
-            if self._redactor is not None:
-                records = self._redactor.redact_records(records)
-                expected_answer = expected_answer and self._redactor.redact(expected_answer)
-            trace = map_trace(records, self._mapping)
-            expected = row["expected_documents"]
-            trace.expected_documents = orjson.loads(expected) if expected else None
-            trace.expected_answer = expected_answer
+            trace = judge_trace(
+                records, row["expected_answer"], row["expected_documents"], self._mapping, self._redactor
+            )
             received = max((r.end_us or 0 for r in records), default=None)
             n = len(self._evaluators)
             revision = int(row["assembly_count"] or 1)

@@ -175,10 +175,17 @@ class Asker:
         """One call: (the parsed verdict, the score's judge fields), or the `error` score.
 
         `check` is the scorer's verdict check (None: usable, else why not). The client runs it before
-        caching, so a rejected verdict (`error` `bad_verdict`) is never replayed from the cache."""
-        result = self.client.judge(
-            messages, schema, prompt_version=version, fence_token=fenced.fence.token, check=check
-        )
+        caching, so a rejected verdict (`error` `bad_verdict`) is never replayed from the cache.
+
+        When the client carries few-shot examples for this score (`judge.examples`), they are added
+        to the messages, fenced like the input, and the prompt version says so
+        (evaluators/judge/examples.py)."""
+        token = fenced.fence.token
+        shots = self.client.examples.get(self.name)
+        if shots is not None:
+            messages, token = shots.apply(messages, fenced)
+            version = shots.version(version)
+        result = self.client.judge(messages, schema, prompt_version=version, fence_token=token, check=check)
         if result.parsed is None:
             return _error(self.name, self.client, result, version, self.threshold)
         return result.parsed, self.client.score_fields(result, version)

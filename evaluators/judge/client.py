@@ -64,6 +64,7 @@ import openai
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..parallel import map_in_order
+from .examples import FewShot
 from .settings import JudgeSettings
 from .wire_schema import strict_json_schema
 
@@ -186,12 +187,15 @@ class JudgeClient:
         *,
         store: VerdictStore | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        examples: Mapping[str, FewShot] | None = None,
     ) -> None:
         if not settings.model:
             raise ValueError("judge.model is not set: the judge needs a model name")
         self.settings = settings
         self.model: str = settings.model
         self.store = store
+        # Score name -> few-shot examples its calls carry (`judge.examples`, evaluators/judge/examples.py).
+        self.examples: dict[str, FewShot] = dict(examples or {})
         self._sleep = sleep
         api_key = (
             settings.api_key.get_secret_value() if settings.api_key else os.environ.get("OPENAI_API_KEY")

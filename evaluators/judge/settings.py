@@ -6,9 +6,18 @@ client from it. The same rules as every config section: unknown keys are refused
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
+
+
+def _judge_evaluator(name: str) -> str:
+    """`name` when it is the name of an evaluator with a judge variant (a key of `examples`)."""
+    from ..registry import JUDGE_NAMES
+
+    if name not in JUDGE_NAMES:
+        raise ValueError(f"not a judge evaluator (examples are for {', '.join(JUDGE_NAMES)})")
+    return name
 
 
 class JudgeSettings(BaseModel):
@@ -39,3 +48,9 @@ class JudgeSettings(BaseModel):
     # judge's cost from them (null: tokens only).
     input_cost_per_million: float | None = Field(None, ge=0)
     output_cost_per_million: float | None = Field(None, ge=0)
+    # Judge evaluator (score name) -> a file of few-shot examples from people's corrections that its
+    # calls carry (`ragpulse align --write` writes it; evaluators/judge/examples.py). Read when the
+    # judge is set up (`collector.judge_setup.open_judge`); relative paths from the working directory.
+    examples: dict[Annotated[str, AfterValidator(_judge_evaluator)], Annotated[str, Field(min_length=1)]] = (
+        Field(default_factory=dict)
+    )

@@ -76,6 +76,8 @@ class Page:
     def screenshot(self, name: str, full_page: bool = True) -> None:
         if SCREENSHOTS:
             Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+            if full_page:  # from the top: the sticky bar is drawn where the page is scrolled to
+                self.page.evaluate("window.scrollTo(0, 0)")
             self.page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=full_page)
 
     def close(self) -> None:

@@ -476,6 +476,50 @@ def passing_verdict(system: str, user: str) -> dict[str, Any]:
     }
 
 
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 3}
+
+
+def _covers(document: str, sentence: str) -> bool:
+    words = _words(sentence)
+    return bool(words) and len(words & _words(document)) >= 0.8 * len(words)
+
+
+def lexical_verdict(system: str, user: str) -> dict[str, Any]:
+    """A judge that reads: faithfulness claims are the answer's sentences, supported when one document
+    holds 80 % of a sentence's words (quoting that document's first sentence), else unsupported. The
+    example app's answers are extractive, so its invented sentences fail claim by claim, as with a
+    real model. Other prompts (and the health check) pass."""
+    if "claims" not in system or "reference" in system.lower():
+        return passing_verdict(system, user)
+    inputs = fenced_input(user)[1]
+    if "answer" not in inputs:
+        return passing_verdict(system, user)
+    claims = []
+    for sentence in re.split(r"(?<=[.!?])\s+", str(inputs["answer"]).strip()):
+        if not sentence:
+            continue
+        support = next((d for d in inputs.get("documents", []) if _covers(d["text"], sentence)), None)
+        claims.append(
+            {
+                "claim": sentence,
+                "verdict": "supported",
+                "doc_id": str(support.get("id") or support.get("rank")),
+                "quote": support["text"].split(".")[0],
+                "reason": "stated in the document",
+            }
+            if support
+            else {
+                "claim": sentence,
+                "verdict": "unsupported",
+                "doc_id": None,
+                "quote": None,
+                "reason": "no document says this",
+            }
+        )
+    return {"claims": claims}
+
+
 def always_pass(request: RecordedRequest) -> str:
     """A responder (`OpenAIStub(responder=always_pass)`): a valid, passing verdict to every prompt."""
     messages = request.json["messages"]

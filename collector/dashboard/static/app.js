@@ -187,7 +187,7 @@ function column(buckets, rows, field, empty) {
 
 function renderChrome(active, services) {
   const nav = document.getElementById("nav");
-  nav.replaceChildren(...[["overview", "Overview"], ["traces", "Traces"], ["probes", "Probes"], ["alerts", "Alerts"]].map(([key, label]) =>
+  nav.replaceChildren(...[["overview", "Overview"], ["traces", "Traces"], ["review", "Review"], ["probes", "Probes"], ["alerts", "Alerts"]].map(([key, label]) =>
     h("a", { href: `#/${key}`, class: active === key ? "active" : null }, label)));
   const controls = document.getElementById("controls");
   const range = h("select", { id: "range", title: "Time range",
@@ -577,7 +577,8 @@ async function tracesPage(params) {
 
 // ---------------------------------------------------------------- one trace
 
-function traceView(d) {
+/** A trace's view; `review` (review.js's TraceReview, not in a report) adds the verdict controls. */
+function traceView(d, review = null) {
   const t = d.trace;
   const out = [];
   out.push(h("div", { class: "meta" },
@@ -602,7 +603,7 @@ function traceView(d) {
   out.push(h("h2", {}, "Documents"));
   out.push(documentsView(d.documents));
   out.push(h("h2", {}, "Scores"));
-  out.push(scoresView(d.scores));
+  out.push(scoresView(d.scores, review));
   return out;
 }
 
@@ -650,7 +651,7 @@ function documentsView(documents) {
         : doc.content || "—")))));
 }
 
-function scoresView(scores) {
+function scoresView(scores, review = null) {
   if (!scores.length) return h("p", { class: "muted" }, "No scores: the trace was not sampled, or its scoring is pending.");
   // Failed and errored scores open, the rest one line each: what went wrong is seen first.
   const order = { fail: 0, error: 1, pass: 2, skipped: 3 };
@@ -663,18 +664,23 @@ function scoresView(scores) {
       h("summary", {}, h("b", {}, s.name), " ", badge(s.status), " ",
         h("span", { class: "muted" }, `value ${fmtNum(s.value)}${threshold}${s.label ? ` · ${s.label}` : ""} · ${s.evaluator}`)),
       s.explanation ? h("p", {}, s.explanation) : null,
-      items.length ? h("ul", { class: "claims" }, items.map((item) => h("li", { class: item.ok ? "ok" : "bad" },
+      items.length ? h("ul", { class: "claims" }, items.map((item, i) => h("li", { class: item.ok ? "ok" : "bad" },
+        review ? review.claim(s, i, item) : null,
         h("span", { class: `badge ${item.ok ? "pass" : "fail"}` }, item.ok ? "✓" : "✗"), " ", item.text,
         item.evidence ? h("div", { class: "evidence" }, `“${item.evidence}”`) : null))) : null,
       judged ? h("p", { class: "muted provenance" },
         `judge ${s.judge_model || "—"}${s.judge_provider ? ` (${s.judge_provider})` : ""} · prompt ${s.prompt_version || "—"} · `
-        + `${fmtNum(s.judge_input_tokens)} in / ${fmtNum(s.judge_output_tokens)} out tokens · ${fmtMs(s.latency_ms)}`) : null);
+        + `${fmtNum(s.judge_input_tokens)} in / ${fmtNum(s.judge_output_tokens)} out tokens · ${fmtMs(s.latency_ms)}`) : null,
+      review ? review.controls(s) : null);
   }));
 }
 
 async function tracePage(traceId) {
   const d = await api(`traces/${encodeURIComponent(traceId)}`);
-  return { chrome: ["traces", []], content: [h("h1", {}, "Trace"), ...traceView(d)] };
+  const review = new TraceReview(d);
+  const view = h("div", { id: "trace-view" }, ...traceView(d, review));
+  setTimeout(() => review.attach(view), 0);
+  return { chrome: ["traces", []], content: [h("h1", {}, "Trace"), view, reviewKeysHelp()] };
 }
 
 // ---------------------------------------------------------------- alerts and canaries
@@ -933,13 +939,14 @@ async function render() {
   try {
     if (parts[0] === "traces") page = await tracesPage(params);
     else if (parts[0] === "trace" && parts[1]) page = await tracePage(parts[1]);
+    else if (parts[0] === "review") page = await reviewPage(params);
     else if (parts[0] === "alerts") page = await alertsPage();
     else if (parts[0] === "probes") page = await probesPage(params);
     else if (parts[0] === "probe" && parts[1]) page = await probeRunPage(decodeURIComponent(parts[1]), params);
     else page = await overviewPage(params);
   } catch (exc) {
     if (!(exc instanceof ApiError)) console.error(exc);
-    const active = { trace: "traces", traces: "traces", alerts: "alerts", probes: "probes", probe: "probes" }[parts[0]] || "overview";
+    const active = { trace: "traces", traces: "traces", review: "review", alerts: "alerts", probes: "probes", probe: "probes" }[parts[0]] || "overview";
     page = { chrome: [active, []], content: [errorBanner(exc)] };
   }
   if (ticket !== renderCount) { // a newer navigation won: drop this one's charts too

@@ -8,7 +8,6 @@ With RAGPULSE_SCREENSHOTS=DIR (`make screenshots`), each page is also saved ther
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from tests.support.helpers import (
     sql,
     wait_for,
 )
-from tests.support.openai_stub import fenced_input, passing_verdict
+from tests.support.openai_stub import lexical_verdict
 
 TRACES_PER_MODE = 12
 MODES = ("healthy", "degraded", "hallucinate")
@@ -37,48 +36,6 @@ TOTAL = (len(MODES) + 1) * TRACES_PER_MODE
 CALIBRATION_CASES = REPO / "examples" / "calibration" / "cases.yaml"
 
 pytestmark = needs_chromium
-
-
-def _words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 3}
-
-
-def _covers(document: str, sentence: str) -> bool:
-    words = _words(sentence)
-    return bool(words) and len(words & _words(document)) >= 0.8 * len(words)
-
-
-def lexical_verdict(system: str, user: str) -> dict[str, Any]:
-    """A judge that reads: faithfulness claims are the answer's sentences, supported when one document
-    holds 80 % of a sentence's words (quoting that document's first sentence), else unsupported. The
-    example app's answers are extractive, so its invented sentences fail claim by claim, as with a
-    real model. Other prompts pass."""
-    inputs = fenced_input(user)[1]
-    if "claims" not in system or "answer" not in inputs or "reference" in system.lower():
-        return passing_verdict(system, user)
-    claims = []
-    for sentence in re.split(r"(?<=[.!?])\s+", str(inputs["answer"]).strip()):
-        if not sentence:
-            continue
-        support = next((d for d in inputs.get("documents", []) if _covers(d["text"], sentence)), None)
-        claims.append(
-            {
-                "claim": sentence,
-                "verdict": "supported",
-                "doc_id": str(support.get("id") or support.get("rank")),
-                "quote": support["text"].split(".")[0],
-                "reason": "stated in the document",
-            }
-            if support
-            else {
-                "claim": sentence,
-                "verdict": "unsupported",
-                "doc_id": None,
-                "quote": None,
-                "reason": "no document says this",
-            }
-        )
-    return {"claims": claims}
 
 
 @pytest.fixture(scope="module")

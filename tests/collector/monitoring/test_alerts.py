@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,11 +16,14 @@ from typing import Any
 import pytest
 
 from collector.config import ConfigError, load_config
-from collector.monitoring.alerts import AlertSpec, Observation, step
-from collector.monitoring.config import AlertRule
+from collector.feedback.agreement_stats import Confusion, cohen_kappa
+from collector.monitoring.alerts import AlertSpec, Observation, condition_text, observe, step
+from collector.monitoring.config import AlertRule, MonitoringConfig
+from collector.schema.tables import ANNOTATIONS
 from collector.schema.windows import utc_now
 from collector.service import BackgroundService, Service
 from collector.store.base import Store
+from collector.store.duckdb_rows import insert_rows
 from collector.store.duckdb_store import DuckDBStore
 from tests.support.helpers import free_port, make_config, metric, run_ragpulse, seed_scores, sql, wait_for
 from tests.support.openai_stub import OpenAIStub, RecordedRequest, always_pass, passing_verdict
@@ -253,6 +257,12 @@ def test_states_fire_remind_and_resolve() -> None:
             "unknown webhook(s): nobody",
         ),
         ({"name": "a", "score": "faithfulness", "min": 1.5}, "monitoring.alerts.0.min"),
+        ({"name": "a", "min_agreement": 0.6}, "needs a score"),
+        (
+            {"name": "a", "score": "faithfulness", "min_agreement": 0.6, "by": "category"},
+            "no probe, slice or by",
+        ),
+        ({"name": "a", "score": "faithfulness", "min_agreement": -1.5}, "monitoring.alerts.0.min_agreement"),
     ],
 )
 def test_bad_alert_config_is_refused_with_its_path(
@@ -478,3 +488,64 @@ def test_overlapping_windows_and_clashing_alert_names_are_refused(
     with pytest.raises(ConfigError) as raised:
         load_config(path, environ={})
     assert message in str(raised.value)
+
+
+# --------------------------------------------------------------------------- agreement with reviewers
+
+
+def _verdicts(store: DuckDBStore, pairs: list[tuple[str, str]], queue: str | None = "random") -> None:
+    """Reviewers' verdicts (judge status, human status) on faithfulness scores of judge-4o, given now."""
+    now = int(utc_now().timestamp() * 1e6)
+    rows = {
+        "annotation_id": [uuid.uuid4().hex for _ in pairs],
+        "trace_id": [f"{i:032x}" for i in range(len(pairs))],
+        "name": ["faithfulness"] * len(pairs),
+        "author": ["ana"] * len(pairs),
+        "human_status": [human for _, human in pairs],
+        "queue": [queue] * len(pairs),
+        "created_at": [now] * len(pairs),
+        "score_status": [judge for judge, _ in pairs],
+        "score_evaluator": ["judge"] * len(pairs),
+        "judge_model": ["judge-4o"] * len(pairs),
+        "prompt_version": ["faithfulness/4"] * len(pairs),
+    }
+    with store._cursor() as con:
+        con.execute("DELETE FROM annotations")
+        insert_rows(con, "annotations", ANNOTATIONS.arrow_table(rows, len(pairs)))
+
+
+def test_min_agreement_fires_when_the_judge_stops_agreeing_with_reviewers(tmp_path: Path) -> None:
+    """The alert reads the verdicts through the store's read-only SQL, as `serve` does: ok while κ
+    holds, firing below it, insufficient on too few verdicts or those outside the random queue."""
+    rule = AlertRule(
+        name="judge-agrees", score="faithfulness", min_agreement=0.6, window=86400, min_samples=10
+    )
+    monitoring = MonitoringConfig()
+    with DuckDBStore(tmp_path / "store.duckdb") as store:
+
+        def query(text: str) -> list[dict[str, Any]]:
+            return store.query(text, 10_000, 30).records()
+
+        def seen() -> Observation:
+            (observation,) = observe(rule, query, utc_now(), monitoring)
+            return observation
+
+        agreeing = [("pass", "pass")] * 12 + [("fail", "fail")] * 8
+        _verdicts(store, agreeing)
+        first = seen()
+        assert (first.status, first.value, first.n) == ("ok", 1.0, 20)
+        assert "judge-4o faithfulness/4" in first.detail
+        # Half the judge's fails are passes to people, and people fail a quarter of its passes.
+        drifting = (
+            [("pass", "pass")] * 9 + [("pass", "fail")] * 3 + [("fail", "fail")] * 4 + [("fail", "pass")] * 4
+        )
+        _verdicts(store, drifting)
+        expected = cohen_kappa(Confusion(9, 3, 4, 4))
+        second = seen()
+        assert (second.status, second.n) == ("firing", 20) and second.value == pytest.approx(expected.kappa)
+        assert expected.kappa is not None and expected.kappa < 0.6
+        _verdicts(store, agreeing[:6])
+        assert seen().status == "insufficient"
+        _verdicts(store, agreeing, queue="contested")  # chosen by people: out of the estimate
+        assert seen().status == "insufficient"
+    assert condition_text(rule) == "faithfulness kappa with reviewers >= 0.6"

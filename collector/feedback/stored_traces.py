@@ -1,0 +1,129 @@
+"""Reading people's labels and the traces they were given on, through read-only SQL.
+
+The reads go through a `SqlRunner` (`collector.cli.common.sql_runner`): the database file opened
+read-only, or a running server's `/api/sql`, so `ragpulse datasets export --labels` and
+`ragpulse align` work beside a running service. A trace is rebuilt from its stored spans exactly as
+the judge stage rebuilds it (`processors.judge_input.judge_trace`: the same mapping options, the
+same redaction before the judge), so a label's case holds what the judge was shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from collector.feedback.labelled import Label
+from collector.processors.judge_input import judge_trace
+from collector.schema.span_records import records_by_trace, span_records
+from collector.schema.windows import Window
+from collector.store.reads import SqlRunner
+from collector.store.reads.labels import events_sql, expectations_sql, labels_sql, spans_sql
+from semconv import RagTrace
+from semconv.options import DEFAULT_OPTIONS, MappingOptions
+
+if TYPE_CHECKING:
+    from collector.processors.redaction import Redactor
+
+# Labels asked for per query: well under `sql.max_rows`' default, so a page is rarely cut.
+LABEL_PAGE = 5_000
+# Traces whose spans are asked for per query: a RAG trace has a few to a few dozen spans, so a batch
+# stays under the row limit; a batch that is cut anyway is asked again in halves.
+TRACE_BATCH = 20
+
+
+class LabelReadError(ValueError):
+    """Stored labels or traces that cannot be read (the message says which and why)."""
+
+
+def read_labels(
+    run: SqlRunner, max_rows: int, window: Window, service: str | None = None, name: str | None = None
+) -> list[Label]:
+    """Every pass/fail verdict given in the window (on `service`'s traces, of score `name`), in
+    trace, score, time and author order; paged so that no answer is cut by the row limit."""
+    labels: list[Label] = []
+    page = max(1, min(LABEL_PAGE, max_rows))
+    while True:
+        rows, truncated = run(labels_sql(window, service, name, limit=page, offset=len(labels)), max_rows)
+        labels += [Label.from_row(row) for row in rows]
+        # A server whose own row limit is below ours cuts the page: go on from where it stopped.
+        if not rows or (len(rows) < page and not truncated):
+            return labels
+
+
+def read_traces(
+    run: SqlRunner,
+    max_rows: int,
+    trace_ids: Iterable[str],
+    mapping: MappingOptions = DEFAULT_OPTIONS,
+    redactor: Redactor | None = None,
+) -> dict[str, RagTrace]:
+    """The stored traces of `trace_ids` as the judge sees them, by id; a trace no longer stored
+    (deleted by retention) is absent."""
+    wanted = sorted(set(trace_ids))
+    traces: dict[str, RagTrace] = {}
+    for start in range(0, len(wanted), TRACE_BATCH):
+        traces.update(_read_batch(run, max_rows, wanted[start : start + TRACE_BATCH], mapping, redactor))
+    return traces
+
+
+def _read_batch(
+    run: SqlRunner,
+    max_rows: int,
+    trace_ids: Sequence[str],
+    mapping: MappingOptions,
+    redactor: Redactor | None,
+) -> dict[str, RagTrace]:
+    spans, spans_cut = run(spans_sql(trace_ids), max_rows)
+    events, events_cut = run(events_sql(trace_ids), max_rows) if spans else ([], False)
+    if spans_cut or events_cut:
+        if len(trace_ids) == 1:
+            raise LabelReadError(
+                f"trace {trace_ids[0]} has more spans or events than sql.max_rows ({max_rows}) lets one "
+                "query read; raise sql.max_rows"
+            )
+        half = len(trace_ids) // 2
+        return {
+            **_read_batch(run, max_rows, trace_ids[:half], mapping, redactor),
+            **_read_batch(run, max_rows, trace_ids[half:], mapping, redactor),
+        }
+    if not spans:
+        return {}
+    expectations = {row["trace_id"]: row for row in run(expectations_sql(trace_ids), max_rows)[0]}
+    traces = {}
+    for trace_id, records in records_by_trace(
+        span_records(_spans_table(spans), _events_table(events))
+    ).items():
+        row = expectations.get(trace_id, {})
+        traces[trace_id] = judge_trace(
+            records, row.get("expected_answer"), row.get("expected_documents"), mapping, redactor
+        )
+    return traces
+
+
+def _micros(values: list[Any]) -> pa.Array:
+    return pa.array(values, pa.int64()).cast(pa.timestamp("us"))
+
+
+def _spans_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Span rows in the shape `span_records` reads (the store's `read_spans` answer)."""
+    texts = ("trace_id", "span_id", "parent_span_id", "name", "kind", "service_name")
+    columns: dict[str, pa.Array] = {c: pa.array([r[c] for r in rows], pa.string()) for c in texts}
+    columns["start_time"] = _micros([r["start_us"] for r in rows])
+    columns["end_time"] = _micros([r["end_us"] for r in rows])
+    for column in ("status_code", "status_message", "attributes", "scope_name"):
+        columns[column] = pa.array([r[column] for r in rows], pa.string())
+    return pa.table(columns)
+
+
+def _events_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.table(
+        {
+            "trace_id": pa.array([r["trace_id"] for r in rows], pa.string()),
+            "span_id": pa.array([r["span_id"] for r in rows], pa.string()),
+            "time": _micros([r["time_us"] for r in rows]),
+            "name": pa.array([r["name"] for r in rows], pa.string()),
+            "attributes": pa.array([r["attributes"] for r in rows], pa.string()),
+        }
+    )
