@@ -73,12 +73,15 @@ def add_labels(db: Path, labels: int) -> None:
         con.execute("INSERT INTO annotations BY NAME SELECT * FROM _labels")
 
 
-def feedback_rate(url: str, traces: int, items: int, per_request: int) -> float:
-    """Items per second posted `per_request` at a time, on random stored traces."""
+def feedback_rate(url: str, traces: int, items: int, per_request: int) -> tuple[float, list[float]]:
+    """Items per second posted `per_request` at a time, on random stored traces, and each request's
+    seconds."""
     rng = random.Random(per_request)
+    seconds = []
     with httpx.Client(base_url=url, timeout=120) as client:
         started = time.perf_counter()
         for start in range(0, items, per_request):
+            sent = time.perf_counter()
             count = min(per_request, items - start)
             body = [
                 {
@@ -90,7 +93,8 @@ def feedback_rate(url: str, traces: int, items: int, per_request: int) -> float:
             ]
             answer = client.post("/api/feedback", json=body)
             assert answer.status_code == 200 and answer.json()["waiting"] == 0, answer.text
-        return items / (time.perf_counter() - started)
+            seconds.append(time.perf_counter() - sent)
+        return items / (time.perf_counter() - started), seconds
 
 
 def main() -> None:
@@ -107,9 +111,15 @@ def main() -> None:
         generate(args.db, args.traces, days=1)
     add_labels(args.db, args.labels)
     with serving(args.db) as url:
-        single = feedback_rate(url, args.traces, 1_000, 1)
-        print(f"feedback, one item per request: {single:,.0f} items/s (1,000 requests)")
-        batched = feedback_rate(url, args.traces, 20_000, 1_000)
+        single, seconds = feedback_rate(url, args.traces, 1_000, 1)
+        per_hundred = ", ".join(
+            f"{statistics.mean(seconds[i : i + 100]) * 1000:.0f}" for i in range(0, 1_000, 100)
+        )
+        print(
+            f"feedback, one item per request: {single:,.0f} items/s "
+            f"(1,000 requests; ms a request, by 100: {per_hundred})"
+        )
+        batched, _ = feedback_rate(url, args.traces, 20_000, 1_000)
         print(f"feedback, 1,000 items per request: {batched:,.0f} items/s (20 requests)")
         times = []
         with httpx.Client(base_url=url, timeout=120) as client:

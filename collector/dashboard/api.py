@@ -77,7 +77,7 @@ class DashboardApi:
 
     def _trace(self, request: Request) -> Answer:
         trace_id = request.path_params["trace_id"]
-        found = self._data.trace(trace_id)
+        found = self._data.trace(trace_id, annotations=True)
         if found is None:
             return {"error": f"no assembled trace {trace_id.lower()}"}, 404
         return found, 200

@@ -16,6 +16,7 @@ from typing import Any
 
 from collector.config import Config
 from collector.dashboard.charts import bucket_seconds, bucket_starts
+from collector.feedback.annotations import ANONYMOUS
 from collector.monitoring.regression import Baseline, RegressionSettings, compare
 from collector.probes import report as probe_report
 from collector.schema.scope import Scope, parse_slices
@@ -30,7 +31,6 @@ MAX_PAGE = 500
 # The review queues (docs/feedback.md), and how near its threshold a value is borderline.
 QUEUES = ("random", "contested")
 BORDERLINE_MARGIN = 0.1
-REVIEWER = "anonymous"  # the reviewer of a queue that names none (as `annotations.author`)
 Params = Mapping[str, str]
 
 
@@ -138,8 +138,9 @@ class DashboardData:
             "traces": traces,
         }
 
-    def trace(self, trace_id: str) -> dict[str, Any] | None:
-        """One trace with its spans, steps, documents and scores; None when it is not assembled."""
+    def trace(self, trace_id: str, annotations: bool = False) -> dict[str, Any] | None:
+        """One trace with its spans, steps, documents and scores (and, with `annotations`, people's
+        verdicts on them: the dashboard's, not a shared report's); None when it is not assembled."""
         trace_id = trace_id.lower()
         if not (0 < len(trace_id) <= 64 and all(c in "0123456789abcdef" for c in trace_id)):
             raise BadParameter("trace_id: a hex trace id")
@@ -148,14 +149,16 @@ class DashboardData:
             return None
         trace = found[0]
         documents = self._rows(reads.documents_sql(trace_id))
-        return {
+        found = {
             "trace": trace,
             "spans": self._rows(reads.spans_sql(trace_id)),
             "steps": self._rows(reads.steps_sql(trace_id)),
             "documents": mark_expected(documents, trace.get("expected_documents")),
             "scores": self._rows(reads.scores_sql(trace_id)),
-            "annotations": self._rows(review_reads.trace_annotations_sql(trace_id)),
         }
+        if annotations:
+            found["annotations"] = self._rows(review_reads.trace_annotations_sql(trace_id))
+        return found
 
     def review(self, params: Params) -> dict[str, Any]:
         """The traces a reviewer labels next for one score, from the `random` or the `contested`
@@ -165,7 +168,7 @@ class DashboardData:
         queue = params.get("queue") or "random"
         if queue not in QUEUES:
             raise BadParameter(f"queue: one of {', '.join(QUEUES)}")
-        author = (params.get("author") or REVIEWER).strip() or REVIEWER
+        author = (params.get("author") or ANONYMOUS).strip() or ANONYMOUS
         if len(author) > 200:
             raise BadParameter("author: at most 200 characters")
         limit = _integer(params, "limit", 20, 1, MAX_PAGE)

@@ -3,7 +3,7 @@ alert rules `serve` evaluates, and the webhooks they notify."""
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -29,6 +29,8 @@ class RegressionCondition(Section):
     alpha: float | None = Field(None, gt=0, lt=1)  # default: monitoring.alpha
 
 
+# The window of a `min_agreement` alert that gives none: people label slowly.
+MIN_AGREEMENT_WINDOW = 30 * 86400.0
 PROBE_RUN_CONDITIONS = ("max_unanswered", "max_missing_traces")
 ALERT_CONDITIONS = (
     "min",
@@ -75,6 +77,15 @@ class AlertRule(Section):
         # Refused rather than rounded: a rule that says 8 s but watches a minute or two misleads,
         # and before whole minutes such a rule could never fire.
         return check_window(window)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agreement_window(cls, data: Any) -> Any:
+        """A `min_agreement` alert that gives no window watches 30 days: ten minutes of verdicts
+        (the default window) would never be enough, and the alert would never fire."""
+        if isinstance(data, dict) and data.get("min_agreement") is not None and "window" not in data:
+            return {**data, "window": MIN_AGREEMENT_WINDOW}
+        return data
 
     @model_validator(mode="after")
     def _one_condition(self) -> Self:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from collector.schema.tables import ANNOTATIONS, SCORES
 from collector.store.duckdb_rows import insert_rows, quoted, registered
+from collector.store.reads.predicates import OUR_EVALUATORS
 
 # What a `scores` row of a feedback row `f` on its trace `t` holds; the other columns are null.
 _SCORE_OF_FEEDBACK = {
@@ -145,7 +146,7 @@ _JUDGED_SCORE = (
     "SELECT span_id AS score_span_id, status AS score_status, value AS score_value, "
     "evaluator AS score_evaluator, judge_model, prompt_version, CAST(items AS VARCHAR) AS score_items, "
     "created_at AS score_created_at, service_name FROM scores "
-    "WHERE trace_id = ? AND name = ? AND evaluator IN ('deterministic', 'judge') "
+    f"WHERE trace_id = ? AND name = ? AND evaluator IN {OUR_EVALUATORS} "
     "ORDER BY created_at DESC LIMIT 1"
 )
 

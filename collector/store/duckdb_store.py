@@ -60,6 +60,8 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 # How long a checkpoint waits for open transactions to end before running beside them.
 _QUIET_WAIT_SECONDS = 1.0
+# Feedback writes between two checkpoints (see `write_feedback`).
+_FEEDBACK_WRITES_PER_CHECKPOINT = 100
 
 
 class DuckDBStore(Store):
@@ -89,6 +91,7 @@ class DuckDBStore(Store):
         # Slice dimensions (`monitoring.dimensions`): columns of traces, scores and aggregates.
         self.dimensions: tuple[str, ...] = ()
         self._feedback_stored = False
+        self._feedback_writes = 0  # since the last checkpoint they asked for (see write_feedback)
         self._write_lock = threading.Lock()
         # Everything but span appends: assembled rows, scores and their aggregates, the outbox.
         # Their transactions update shared rows (score_aggregates), so they take turns instead
@@ -364,6 +367,13 @@ class DuckDBStore(Store):
 
         attached = self._write(body)
         self._feedback_stored = True
+        # Feedback updates aggregate rows all over the history; DuckDB merges each update not yet
+        # checkpointed into every later scan, so single items slowed from 32 to 142 ms a write over
+        # 800 (bench/README.md, "People in the loop"). A checkpoint (tens of ms) undoes it.
+        self._feedback_writes += 1
+        if self._feedback_writes >= _FEEDBACK_WRITES_PER_CHECKPOINT and not self.shared:
+            self._feedback_writes = 0
+            self.checkpoint()
         return attached
 
     def write_annotation(self, annotation: pa.Table) -> dict[str, object] | None:

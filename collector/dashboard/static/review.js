@@ -48,19 +48,23 @@ async function postAnnotation(body) {
 }
 
 /**
- * The review controls of one trace's view. `queue`: "random" or "contested" on the Review page (the
- * verdict records where the trace came from), null for a trace opened by hand. `onVerdict` runs
- * after each verdict is stored.
+ * The review controls of one trace's view. `served`: on the Review page, `{queue, name}`, the queue
+ * the trace was drawn from and the score it was drawn for: a verdict on that score records the queue;
+ * a verdict on any other score of the trace records none, since the reviewer chose to give it (only
+ * draws count in the unbiased estimate). Null for a trace opened by hand. `onVerdict(score, first)`
+ * runs after each verdict is stored (`first`: the reviewer had none on that score before).
  */
 class TraceReview {
-  constructor(detail, queue = null, onVerdict = null) {
+  constructor(detail, served = null, onVerdict = null) {
     this.traceId = detail.trace.trace_id;
-    this.queue = queue;
+    this.served = served;
     this.onVerdict = onVerdict;
+    this.busy = false;         // a verdict on its way: another key press waits for it
     this.panels = [];          // the reviewable scores' panels, in page order
     this.drafts = new Map();   // score name -> Map(claim index -> ok), the reviewer's flips
     this.mine = new Map();     // score name -> this reviewer's latest verdict
     for (const a of detail.annotations || []) {
+      // "anonymous": the author the API records for a verdict that names none.
       if (a.author === (reviewer.name || "anonymous") && !this.mine.has(a.name)) this.mine.set(a.name, a);
     }
   }
@@ -88,6 +92,8 @@ class TraceReview {
 
   /** Called once the view is in the page: collects the panels, focuses the first, takes the keys. */
   attach(root) {
+    this.root = root;
+    if (!root.isConnected) return; // the page moved on before this view was drawn
     this.panels = [...root.querySelectorAll("details.score")].filter((p) => p.querySelector(".verdict"));
     this.panels.forEach((p) => p.setAttribute("tabindex", "-1"));
     this.focus(0);
@@ -124,6 +130,8 @@ class TraceReview {
   }
 
   async submit(score, agree) {
+    if (this.busy) return;
+    this.busy = true;
     const panel = this.panels.find((p) => p.querySelector(".verdict")._score === score);
     const bar = panel.querySelector(".verdict");
     const draft = this.drafts.get(score.name) || new Map();
@@ -131,7 +139,8 @@ class TraceReview {
     const body = {
       trace_id: this.traceId, name: score.name,
       human_status: agree ? score.status : (score.status === "pass" ? "fail" : "pass"),
-      author: reviewer.name || undefined, queue: this.queue || undefined,
+      author: reviewer.name || undefined,
+      queue: this.served && score.name === this.served.name ? this.served.queue : undefined,
       comment: bar.querySelector(".verdict-comment").value.trim() || undefined,
     };
     if (items.length) body.claims = items.map((item, index) => ({ index, ok: draft.has(index) ? draft.get(index) : !!item.ok }));
@@ -139,13 +148,16 @@ class TraceReview {
     status.textContent = "saving…";
     try {
       const stored = await postAnnotation(body);
+      const first = !this.mine.has(score.name);
       this.mine.set(score.name, stored);
       this.showVerdict(bar, stored);
-      if (this.onVerdict) this.onVerdict(score, stored);
-      else this.focus(this.current + 1);
+      // On the Review page a verdict on the served score moves on: keys wait for the next trace.
+      if (this.onVerdict && this.onVerdict(score, first)) return;
+      if (!this.onVerdict) this.focus(this.current + 1);
     } catch (exc) {
       status.replaceChildren(h("span", { class: "bad" }, exc.message));
     }
+    this.busy = false;
   }
 
   showVerdict(bar, verdict) {
@@ -164,19 +176,19 @@ let reviewKeys = null;
 function installReviewKeys(review) {
   if (reviewKeys) document.removeEventListener("keydown", reviewKeys);
   reviewKeys = (e) => {
-    if (!document.body.contains(review.panels[0] || null)) return; // the page moved on
+    if (!review.root || !review.root.isConnected) return; // the page moved on
     const typing = e.target instanceof HTMLInputElement || e.target instanceof HTMLTextAreaElement || e.target instanceof HTMLSelectElement;
     if (typing) {
       if (e.key === "Escape") e.target.blur();
       return;
     }
-    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.ctrlKey || e.metaKey || e.altKey || e.repeat) return; // a held key sends one verdict
     const score = review.focusedScore();
     const act = {
       j: () => review.focus(review.current + 1), ArrowDown: () => review.focus(review.current + 1),
       k: () => review.focus(review.current - 1), ArrowUp: () => review.focus(review.current - 1),
       a: () => score && review.submit(score, true), d: () => score && review.submit(score, false),
-      c: () => review.panels[review.current].querySelector(".verdict-comment").focus(),
+      c: () => score && review.panels[review.current].querySelector(".verdict-comment").focus(),
       n: () => review.onVerdict && review.skip && review.skip(),
       "?": () => document.querySelectorAll(".review-keys").forEach((k) => { k.hidden = !k.hidden; }),
     }[e.key];
@@ -281,10 +293,12 @@ async function reviewPage(params) {
     }
     holder.replaceChildren(h("p", { class: "muted" }, "Loading the next trace…"));
     const detail = await api(`traces/${encodeURIComponent(item.trace_id)}`);
-    const review = new TraceReview(detail, queue, (score) => {
-      if (score.name !== name) return; // a verdict on another score of the trace: stay
-      left -= 1;
+    if (!holder.isConnected) return; // the page moved on meanwhile
+    const review = new TraceReview(detail, { queue, name }, (score, first) => {
+      if (score.name !== name) return false; // a verdict on another score of the trace: stay
+      if (first) left -= 1;
       setTimeout(next, 250);
+      return true;
     });
     review.skip = () => next();
     holder.replaceChildren(...[

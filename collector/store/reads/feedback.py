@@ -10,7 +10,7 @@ summarises: a row per trace and score name).
 from __future__ import annotations
 
 from collector.schema.windows import Window
-from collector.store.reads.predicates import sql_string, window_sql
+from collector.store.reads.predicates import OUTSIDE_EVALUATORS, sql_string, window_sql
 
 _GROUP = "name, judge_model, prompt_version"
 
@@ -68,7 +68,7 @@ def values_sql(window: Window, service: str | None, sample: str) -> str:
 # Where a score's status means a verdict on its value: errors and skipped scores have none.
 _VERDICTS = "status IN ('pass', 'fail')"
 # Scores given from outside: feedback is read from these, and never correlated with itself.
-_FROM_OUTSIDE = "('human', 'external')"
+_FROM_OUTSIDE = OUTSIDE_EVALUATORS
 
 
 def feedback_pairs_sql(window: Window, service: str | None, feedback_name: str) -> str:

@@ -8,6 +8,11 @@ from datetime import datetime
 from collector.schema.scope import Scope, check_dimension
 from collector.schema.windows import Window
 
+# Who gave a score (`scores.evaluator`), as SQL lists: ragpulse's own evaluators, and those from
+# outside (users' feedback and apps' own evaluation events; docs/feedback.md).
+OUR_EVALUATORS = "('deterministic', 'judge')"
+OUTSIDE_EVALUATORS = "('human', 'external')"
+
 
 def sql_string(value: str) -> str:
     """A SQL string literal."""

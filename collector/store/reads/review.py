@@ -13,10 +13,10 @@ The window is on the traces' start minute (`scores.bucket`), as on the dashboard
 from __future__ import annotations
 
 from collector.schema.windows import Window
-from collector.store.reads.predicates import sql_string, window_sql
+from collector.store.reads.predicates import OUR_EVALUATORS, OUTSIDE_EVALUATORS, sql_string, window_sql
 
 # Scores people review: those ragpulse gave (not users' feedback or apps' own scores).
-_OURS = "s.evaluator IN ('deterministic', 'judge') AND s.status IN ('pass', 'fail')"
+_OURS = f"s.evaluator IN {OUR_EVALUATORS} AND s.status IN ('pass', 'fail')"
 
 
 def _candidates(name: str, window: Window, service: str | None, author: str) -> str:
@@ -56,7 +56,7 @@ def contested_queue_sql(
     opposite = "CASE c.status WHEN 'pass' THEN 'fail' ELSE 'pass' END"
     users = (
         "(SELECT min(f.name) FROM scores f WHERE f.trace_id = c.trace_id "
-        f"AND f.evaluator IN ('human', 'external') AND f.status = {opposite})"
+        f"AND f.evaluator IN {OUTSIDE_EVALUATORS} AND f.status = {opposite})"
     )
     reviewers = (
         "(SELECT count(*) FROM annotations a WHERE a.trace_id = c.trace_id AND a.name = c.name "
@@ -104,7 +104,7 @@ def reviewable_names_sql(window: Window, service: str | None) -> str:
 def feedback_names_sql(window: Window, service: str | None) -> str:
     """The names of the feedback users (and apps) gave in the window, the most given first."""
     where = [
-        "evaluator IN ('human', 'external')",
+        f"evaluator IN {OUTSIDE_EVALUATORS}",
         "status IN ('pass', 'fail')",
         window_sql(window, "created_at"),
     ]

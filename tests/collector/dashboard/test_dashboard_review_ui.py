@@ -118,13 +118,29 @@ def test_the_random_queue_serves_trace_after_trace_and_agreement_counts_them(
         focused = page.locator("details.score.focused").get_attribute("data-score")
         assert focused == "faithfulness"  # the queue's score has the focus
         served.append(page.locator("#review-trace .meta code").inner_text())
+        if left == total - 1:
+            # A verdict on another score of the served trace: stored, but not as a draw of the queue,
+            # and the page stays on the trace.
+            page.keyboard.press("k")
+            other = page.locator("details.score.focused").get_attribute("data-score")
+            assert other != "faithfulness"
+            page.keyboard.press("d")
+            page.wait_for_selector(f"#review-trace .verdict[data-verdict='{other}'].disagreed")
+            focus_score(page, "faithfulness")
+        # Pressed twice, or held: one verdict, one trace further.
+        page.keyboard.press("a")
         page.keyboard.press("a")
         page.wait_for_function(
             "n => document.querySelector('#review-count').textContent.startsWith(n + ' trace')", arg=str(left)
         )
+    page.wait_for_selector("#review-trace .verdict[data-verdict=faithfulness]")
+    assert page.locator("#review-count").inner_text().startswith(f"{total - 3} traces")
     rows = annotations(reviewed, "ana")
-    assert [r["trace_id"] for r in rows] == served and len(set(served)) == 3
-    assert all(r["queue"] == "random" and r["human_status"] == r["score_status"] for r in rows)
+    drawn = [r for r in rows if r["name"] == "faithfulness"]
+    assert [r["trace_id"] for r in drawn] == served and len(set(served)) == 3
+    assert all(r["queue"] == "random" and r["human_status"] == r["score_status"] for r in drawn)
+    (chosen,) = [r for r in rows if r["name"] != "faithfulness"]
+    assert (chosen["trace_id"], chosen["queue"]) == (served[0], None)
     # The agreement panel counts them on the next visit, and the queue no longer serves them.
     reload(tab)
     agreement = tab.shown("#agreement")

@@ -549,3 +549,5 @@ def test_min_agreement_fires_when_the_judge_stops_agreeing_with_reviewers(tmp_pa
         _verdicts(store, agreeing, queue="contested")  # chosen by people: out of the estimate
         assert seen().status == "insufficient"
     assert condition_text(rule) == "faithfulness kappa with reviewers >= 0.6"
+    # Without a window: 30 days of verdicts, not the ten minutes of the other conditions.
+    assert AlertRule(name="a", score="faithfulness", min_agreement=0.6).window == 30 * 86400
