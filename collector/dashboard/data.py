@@ -149,7 +149,7 @@ class DashboardData:
             return None
         trace = found[0]
         documents = self._rows(reads.documents_sql(trace_id))
-        found = {
+        detail: dict[str, Any] = {
             "trace": trace,
             "spans": self._rows(reads.spans_sql(trace_id)),
             "steps": self._rows(reads.steps_sql(trace_id)),
@@ -157,8 +157,8 @@ class DashboardData:
             "scores": self._rows(reads.scores_sql(trace_id)),
         }
         if annotations:
-            found["annotations"] = self._rows(review_reads.trace_annotations_sql(trace_id))
-        return found
+            detail["annotations"] = self._rows(review_reads.trace_annotations_sql(trace_id))
+        return detail
 
     def review(self, params: Params) -> dict[str, Any]:
         """The traces a reviewer labels next for one score, from the `random` or the `contested`
