@@ -86,7 +86,7 @@ def agreement(
     rows = [
         [
             e["name"],
-            e["model"] or "-",
+            e["model"] or ("judge, no call" if e["evaluator"] == "judge" else "deterministic"),
             e["prompt_version"] or "-",
             str(e["n"]),
             _number(e["agreement"]),

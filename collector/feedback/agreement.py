@@ -1,8 +1,9 @@
 """Agreement of ragpulse's evaluators with people, per evaluator, model and prompt version.
 
 What `GET /api/agreement`, `ragpulse agreement` and the dashboard show: for each score name and each
-judge model and prompt version that scored it (a deterministic evaluator has neither), over the
-people's verdicts (`annotations`) given in a window:
+evaluator (`judge`, `deterministic`), judge model and prompt version that scored it (a deterministic
+evaluator has neither, nor a judge score decided without a call), over the people's verdicts
+(`annotations`) given in a window:
 
 - `n`, raw `agreement`, Cohen's `kappa` with its 95 % interval (`kappa_low`, `kappa_high`) and the
   `confusion` counts, judge first (`pass_fail`: the evaluator said pass, the person fail);
@@ -32,7 +33,7 @@ from collector.store.reads.feedback import confusion_sql, feedback_auc_sql, valu
 
 Sample = Literal["random", "all"]
 SAMPLES: tuple[Sample, ...] = ("random", "all")
-_KEY = ("name", "judge_model", "prompt_version")
+_KEY = ("name", "score_evaluator", "judge_model", "prompt_version")
 
 
 def agreement_report(
@@ -52,6 +53,7 @@ def agreement_report(
         evaluators.append(
             {
                 "name": row["name"],
+                "evaluator": row["score_evaluator"],
                 "model": row["judge_model"],
                 "prompt_version": row["prompt_version"],
                 "n": kappa.n,

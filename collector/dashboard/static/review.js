@@ -215,7 +215,8 @@ function agreementTable(report) {
     h("thead", {}, h("tr", {}, ["score", "judge", "prompt", "n", "agreement", "κ [95 % interval]", "judge pass · people fail", "judge fail · people pass", "other verdicts"]
       .map((c) => h("th", { class: ["n", "agreement", "other verdicts"].includes(c) ? "num" : null }, c)))),
     h("tbody", {}, rows.map((r) => h("tr", {},
-      h("td", {}, r.name), h("td", {}, r.model || "deterministic"), h("td", {}, r.prompt_version || "—"),
+      h("td", {}, r.name), h("td", {}, r.model || (r.evaluator === "judge" ? "judge, no call" : "deterministic")),
+      h("td", {}, r.prompt_version || "—"),
       h("td", { class: "num" }, r.n), h("td", { class: "num" }, fmtPct(r.agreement)),
       h("td", { class: `num${r.kappa !== null && r.kappa < 0.4 ? " bad" : ""}` }, interval(r)),
       h("td", { class: "num" }, r.confusion.pass_fail), h("td", { class: "num" }, r.confusion.fail_pass),

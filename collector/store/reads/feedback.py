@@ -12,7 +12,9 @@ from __future__ import annotations
 from collector.schema.windows import Window
 from collector.store.reads.predicates import OUTSIDE_EVALUATORS, sql_string, window_sql
 
-_GROUP = "name, judge_model, prompt_version"
+# A group: a score name as one evaluator gave it (a judge score decided without a call, e.g. no
+# documents, has no model: it is the judge's rule, apart from the deterministic evaluator's).
+_GROUP = "name, score_evaluator, judge_model, prompt_version"
 
 
 def _labels(window: Window, service: str | None) -> str:
