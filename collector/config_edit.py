@@ -4,15 +4,22 @@ user's comments and layout where the file allows it.
 The file is not rewritten: the key's lines are inserted where they belong (`insert_examples_key`),
 the only edit a block-style file needs, and the result is read back to check that it says exactly
 what the file said plus the key. A layout this edit does not handle (a flow-style `judge: {...}`, or
-`examples` given in flow style) is rewritten from its parsed content instead, which loses its
+`examples` given in flow style, an anchor on `judge`), and any edit whose result does not read back
+as that (or is no YAML at all), is rewritten from its parsed content instead, which loses its
 comments: `set_examples_key` says which happened, and the command says it to the user.
+
+Files are replaced whole (`write_atomically`: a temporary file in the same directory, then
+`os.replace`), so a reader, or a crash, never sees half a file.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import json
+import os
 import re
+import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -32,16 +39,50 @@ class ConfigEdit:
 
 
 def with_examples_key(data: Any, evaluator: str, value: str) -> dict[str, Any]:
-    """A copy of parsed config `data` with `judge.examples.<evaluator>` set to `value`."""
-    result: dict[str, Any] = copy.deepcopy(data) if isinstance(data, dict) else {}
+    """A copy of parsed config `data` with `judge.examples.<evaluator>` set to `value`; `data` is
+    not changed. The mappings on the key's path are new ones: a YAML alias of `judge` (`other: *j`)
+    shares the parsed mapping with it, and must not get the key too."""
+    result: dict[str, Any] = dict(data) if isinstance(data, dict) else {}
     judge = result.get("judge")
-    if not isinstance(judge, dict):
-        judge = result["judge"] = {}
+    judge = judge if isinstance(judge, dict) else {}
     examples = judge.get("examples")
-    if not isinstance(examples, dict):
-        examples = judge["examples"] = {}
-    examples[evaluator] = value
+    examples = examples if isinstance(examples, dict) else {}
+    result["judge"] = {**judge, "examples": {**examples, evaluator: value}}
     return result
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace the file at `path` with `text` in one step: written to a temporary file in the same
+    directory, flushed to disk, then renamed over it (`os.replace`). A reader sees the old file or
+    the new one, never a part; a failed write leaves the old one. The old file's permission bits
+    are kept (a new file gets the umask's); a symbolic link is followed, not replaced."""
+    target = Path(os.path.realpath(path))
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+
+
+def _reads_as(text: str, wanted: dict[str, Any]) -> bool:
+    """Whether `text` is YAML that says exactly `wanted`."""
+    try:
+        return bool(yaml.safe_load(text) == wanted)
+    except yaml.YAMLError:
+        return False
 
 
 def _meaningful(line: str) -> bool:
@@ -102,7 +143,7 @@ def set_examples_key(path: Path, evaluator: str, value: str) -> ConfigEdit:
     absent): lines inserted when the layout allows (comments kept), else the file rewritten from its
     parsed content (comments lost); nothing written when the key already says `value`."""
     if not path.exists():
-        path.write_text(yaml.safe_dump(with_examples_key({}, evaluator, value), sort_keys=False), "utf-8")
+        write_atomically(path, yaml.safe_dump(with_examples_key({}, evaluator, value), sort_keys=False))
         return ConfigEdit(path, "created")
     text = path.read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
@@ -110,8 +151,9 @@ def set_examples_key(path: Path, evaluator: str, value: str) -> ConfigEdit:
     if wanted == data:
         return ConfigEdit(path, "unchanged")
     edited = insert_examples_key(text, evaluator, value)
-    if edited is not None and yaml.safe_load(edited) == wanted:
-        path.write_text(edited, encoding="utf-8")
+    # An insertion the layout defeated reads back as something else, or as no YAML at all.
+    if edited is not None and _reads_as(edited, wanted):
+        write_atomically(path, edited)
         return ConfigEdit(path, "inserted")
-    path.write_text(yaml.safe_dump(wanted, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    write_atomically(path, yaml.safe_dump(wanted, sort_keys=False, allow_unicode=True))
     return ConfigEdit(path, "rewritten")

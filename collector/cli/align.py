@@ -16,11 +16,13 @@ import orjson
 from collector.cli.common import config_option, judge_errors, key_option, target, user_errors
 from collector.cli.labels import read_labelled, window_since
 from collector.cli.output import print_table
+from evaluators.judge.examples import MAX_EXAMPLES
 
 if TYPE_CHECKING:
     from collector.config import Config
     from collector.feedback.align import Measure
     from evaluators.judge.client import JudgeClient
+    from evaluators.judge.examples import FewShot
     from evaluators.scores import Score
     from semconv import RagTrace
 
@@ -43,7 +45,7 @@ EXAMPLES_DIRECTORY = "judge-examples"  # where --write puts a new examples file,
 @click.option(
     "--examples",
     "count",
-    type=click.IntRange(1, 20),
+    type=click.IntRange(1, MAX_EXAMPLES),
     default=4,
     show_default=True,
     help="Most examples to add to the prompt.",
@@ -81,31 +83,46 @@ def align(
     as_json: bool,
 ) -> None:
     """Pick few-shot examples for the judge EVALUATOR (e.g. faithfulness) among the labelled traces
-    where people corrected it, and measure them: the labelled traces are split into a training and
-    a held-out part; the examples come from the training part's disagreements; the judge scores the
-    held-out traces with the current prompt and with the examples, and agreement with people (raw,
-    and Cohen's kappa with its 95 % interval) is reported for both.
+    where people corrected it, and measure them: the labelled traces (but those that are already
+    examples in judge.examples) are split into a training and a held-out part; the examples come
+    from the training part's disagreements with the judge's scores; the judge scores the held-out
+    traces with the current prompt and with the examples, and agreement with people (raw, and
+    Cohen's kappa with its 95 % interval) is reported for both.
 
     Nothing is written without --write. With it, the examples go to a file that judge.examples
     names, and the service's judge uses them from its next start.
     """
-    from collector.feedback.align import example_of, false_failures, missed_failures, pick_examples, split
+    from collector.feedback.align import (
+        example_of,
+        false_failures,
+        missed_failures,
+        pick_examples,
+        split,
+        without_examples,
+    )
     from collector.feedback.labelled import consensus
+    from collector.judge_setup import load_examples
     from evaluators.judge.examples import ExamplesFile, FewShot
 
     config, url = target(ctx, config_path, server, db)
     entry = _judge_entry(config, evaluator)
     window = window_since(since)
+    with judge_errors():
+        configured = load_examples(config.judge)  # the current prompt's: measured "before"
+    current = configured.get(evaluator)
     labels, traces = read_labelled(config, url, window, service, evaluator)
     decided, ties = consensus(labels)
     stored = [labelled for labelled in decided if labelled.trace_id in traces]
-    if not stored:
+    # The current prompt was shown its examples' traces: measured on them it would look better than
+    # it is, so they are neither held out nor picked again.
+    pool, already = without_examples(stored, current.trace_ids if current else frozenset())
+    if not pool:
         raise click.ClickException(
             f"no labelled trace of {evaluator} in the last {since} ({len(labels)} label(s), {ties} tie(s), "
-            f"{len(decided) - len(stored)} trace(s) no longer stored): label some in the dashboard or "
-            "POST /api/annotations"
+            f"{len(decided) - len(stored)} trace(s) no longer stored, {already} already example(s) in "
+            "judge.examples): label some in the dashboard or POST /api/annotations"
         )
-    parts = split(stored, holdout, seed)
+    parts = split(pool, holdout, seed)
     picked = pick_examples(parts.train, count, seed)
     if not picked:
         raise click.ClickException(
@@ -114,11 +131,13 @@ def align(
         )
     if not parts.held_out:
         raise click.ClickException(
-            f"nothing held out of {len(stored)} labelled trace(s): label more, or raise --holdout"
+            f"nothing held out of {len(pool)} labelled trace(s): label more, or raise --holdout"
         )
     shots = FewShot.of([example_of(labelled, traces[labelled.trace_id]) for labelled in picked])
     held = [traces[labelled.trace_id] for labelled in parts.held_out]
-    before, after = _measure_both(config, entry, shots, held, parts.held_out, judge_model, base_url)
+    before, after = _measure_both(
+        config, entry, configured, shots, held, parts.held_out, judge_model, base_url
+    )
 
     report: dict[str, Any] = {
         "evaluator": evaluator,
@@ -126,21 +145,25 @@ def align(
         "labels": len(labels),
         "ties": ties,
         "gone": len(decided) - len(stored),
+        "already_examples": already,
         "train": len(parts.train),
         "held_out": len(parts.held_out),
         "held_out_traces": [labelled.trace_id for labelled in parts.held_out],
         "disagreements": {
             "missed_failures": len(missed_failures(parts.train)),
             "false_failures": len(false_failures(parts.train)),
+            # Training traces whose verdicts were all given on a deterministic evaluator's score of
+            # the same name: no judge's verdict to disagree with.
+            "not_judged": sum(labelled.judge_status is None for labelled in parts.train),
         },
         "examples": [
             {
                 "trace_id": labelled.trace_id,
                 "verdict": labelled.verdict,
                 "judge_verdict": labelled.judge_status,
-                "reason": labelled.reason,
+                "reason": example.reason,
             }
-            for labelled in picked
+            for labelled, example in zip(picked, shots.examples, strict=True)
         ],
         "before": before.as_dict(),
         "after": after.as_dict(),
@@ -151,7 +174,10 @@ def align(
         provenance = {
             "made_by": "ragpulse align",
             "made_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            **{k: report[k] for k in ("window", "labels", "train", "held_out", "before", "after")},
+            **{
+                k: report[k]
+                for k in ("window", "labels", "already_examples", "train", "held_out", "before", "after")
+            },
             "since": since,
             "service": service,
             "holdout": holdout,
@@ -184,15 +210,16 @@ def _judge_entry(config: Config, name: str) -> dict[str, Any]:
 def _measure_both(
     config: Config,
     entry: dict[str, Any],
-    shots: Any,
+    configured: dict[str, FewShot],
+    shots: FewShot,
     traces: Sequence[RagTrace],
     held_out: Sequence[Any],
     judge_model: str | None,
     base_url: str | None,
 ) -> tuple[Measure, Measure]:
-    """The judge's agreement on the held-out traces with the current prompt (`judge.examples` as
-    configured) and with `shots` instead. Every evaluation asks the model (no cache), as in
-    `ragpulse calibrate`."""
+    """The judge's agreement on the held-out traces with the current prompt (the examples of
+    `judge.examples`, `configured`, as loaded) and with `shots` instead. Every evaluation asks the
+    model (no cache), as in `ragpulse calibrate`."""
     from collector.feedback.align import measure
     from collector.judge_setup import close_judge, open_judge
 
@@ -202,7 +229,9 @@ def _measure_both(
     clients: list[JudgeClient] = []
     try:
         with judge_errors():
-            current = open_judge(config.judge, model=judge_model, persistent_cache=False, **overrides)
+            current = open_judge(
+                config.judge, model=judge_model, persistent_cache=False, examples=configured, **overrides
+            )
             clients.append(current)
             examples = {**current.examples, entry["name"]: shots}
             aligned = open_judge(
@@ -239,7 +268,7 @@ def _write(
     """Write the examples file and point `judge.examples.<evaluator>` at it (module docstring of
     `collector.config_edit`: the config's lines are inserted, not rewritten, where its layout allows)."""
     from collector.config import DEFAULT_CONFIG_FILE
-    from collector.config_edit import set_examples_key
+    from collector.config_edit import set_examples_key, write_atomically
     from evaluators.judge.examples import examples_yaml
 
     name = examples.evaluator
@@ -252,7 +281,7 @@ def _write(
     else:
         path = config_file.parent / EXAMPLES_DIRECTORY / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(examples_yaml(examples), encoding="utf-8")
+    write_atomically(path, examples_yaml(examples))
     value = configured if configured is not None and Path(configured) == path else str(path.resolve())
     edit = set_examples_key(config_file, name, value)
     return {"examples_file": str(path), "config": str(edit.path), "config_edit": edit.how}
@@ -265,9 +294,12 @@ def _number(value: float | None) -> str:
 def _print(report: dict[str, Any]) -> None:
     click.echo(
         f"{report['evaluator']}: {report['labels']} label(s), {report['ties']} tie(s) left out, "
-        f"{report['gone']} trace(s) no longer stored; {report['train']} trace(s) to learn from "
+        f"{report['gone']} trace(s) no longer stored, {report['already_examples']} already example(s) "
+        f"in judge.examples; {report['train']} trace(s) to learn from "
         f"({report['disagreements']['missed_failures']} missed failure(s), "
-        f"{report['disagreements']['false_failures']} false failure(s)), {report['held_out']} held out"
+        f"{report['disagreements']['false_failures']} false failure(s), "
+        f"{report['disagreements']['not_judged']} labelled on a deterministic score), "
+        f"{report['held_out']} held out"
     )
     for example in report["examples"]:
         reason = f": {example['reason']}" if example["reason"] else ""

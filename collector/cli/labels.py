@@ -30,17 +30,15 @@ def read_labelled(
     config: Config, url: str | None, window: Window, service: str | None, name: str | None = None
 ) -> tuple[list[Label], dict[str, RagTrace]]:
     """The labels given in the window (of score `name`) and their traces as the judge sees them
-    (the config's `mapping:` and `redaction.apply_to: [judge]`), through `url` or the store file."""
+    (the config's `mapping:` and `redaction.apply_to: [judge]`, applied to the labels' comments
+    too), through `url` or the store file."""
     max_rows = config.sql.max_rows
+    redactor = config.redaction.redactor("judge")
     with sql_runner(config, url) as run:
         try:
-            labels = read_labels(run, max_rows, window, service, name)
+            labels = read_labels(run, max_rows, window, service, name, redactor)
             traces = read_traces(
-                run,
-                max_rows,
-                {label.trace_id for label in labels},
-                config.mapping.options(),
-                config.redaction.redactor("judge"),
+                run, max_rows, {label.trace_id for label in labels}, config.mapping.options(), redactor
             )
         except LabelReadError as exc:
             raise StoreError(str(exc)) from None
@@ -49,12 +47,19 @@ def read_labelled(
 
 def export_labels(config: Config, url: str | None, path: Path, since: str, service: str | None) -> str:
     """Write the labelled traces of the window to `path` as a calibration file; the summary line.
-    Nothing is written when no case is left (a `ClickException` says why)."""
+    Nothing is written when no case is left (a `ClickException` says why).
+
+    A verdict on a trace that is a few-shot example of that score's judge (`judge.examples`, the
+    files read as the judge reads them) is left out and counted, so that `ragpulse calibrate` never
+    measures the configured judge on its own examples."""
+    from collector.judge_setup import load_examples
+
+    examples = {name: shots.trace_ids for name, shots in load_examples(config.judge).items()}
     labels, traces = read_labelled(config, url, window_since(since), service)
-    calibration, counts = calibration_set(labels, traces)
+    calibration, counts = calibration_set(labels, traces, examples=examples)
     left_out = (
         f"left out: {counts.ties} tie(s), {counts.gone} trace(s) no longer stored, "
-        f"{counts.no_answer} without an answer"
+        f"{counts.no_answer} without an answer, {counts.examples} verdict(s) on judge examples"
     )
     if calibration is None:
         raise click.ClickException(

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from collector.feedback.agreement_stats import Confusion, cohen_kappa, delong_from_sums
+from collector.feedback.agreement_stats import Confusion, delong_from_sums, kappa_figures
 from collector.schema.windows import Window
 from collector.store.reads import Query
 from collector.store.reads.feedback import confusion_sql, feedback_auc_sql, values_sql
@@ -47,7 +47,6 @@ def agreement_report(
         confusion = Confusion(
             int(row["pass_pass"]), int(row["pass_fail"]), int(row["fail_pass"]), int(row["fail_fail"])
         )
-        kappa = cohen_kappa(confusion)
         values = numbers.get(key, {})
         n_values = int(values.get("n_values") or 0)
         evaluators.append(
@@ -56,17 +55,7 @@ def agreement_report(
                 "evaluator": row["score_evaluator"],
                 "model": row["judge_model"],
                 "prompt_version": row["prompt_version"],
-                "n": kappa.n,
-                "agreement": kappa.agreement,
-                "kappa": kappa.kappa,
-                "kappa_low": kappa.low,
-                "kappa_high": kappa.high,
-                "confusion": {
-                    "pass_pass": confusion.pass_pass,
-                    "pass_fail": confusion.pass_fail,
-                    "fail_pass": confusion.fail_pass,
-                    "fail_fail": confusion.fail_fail,
-                },
+                **kappa_figures(confusion),
                 "n_values": n_values,
                 "spearman": _number(values.get("spearman")) if n_values >= 3 else None,
                 "mae": _number(values.get("mae")),

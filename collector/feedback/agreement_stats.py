@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from fractions import Fraction
+from typing import Any
 
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
 
@@ -83,6 +84,20 @@ def cohen_kappa(confusion: Confusion) -> Kappa:
     kappa = (observed - expected) / (1.0 - expected)
     se = _standard_error(p, rows, cols, kappa, expected, n)
     return Kappa(n, observed, kappa, max(-1.0, kappa - Z95 * se), min(1.0, kappa + Z95 * se))
+
+
+def kappa_figures(confusion: Confusion) -> dict[str, Any]:
+    """`n`, `agreement`, `kappa`, `kappa_low`, `kappa_high` and the `confusion` counts, as the API
+    and `ragpulse align` write them."""
+    kappa = cohen_kappa(confusion)
+    return {
+        "n": kappa.n,
+        "agreement": kappa.agreement,
+        "kappa": kappa.kappa,
+        "kappa_low": kappa.low,
+        "kappa_high": kappa.high,
+        "confusion": asdict(confusion),
+    }
 
 
 def _standard_error(

@@ -1,14 +1,19 @@
 """Alignment from corrections (`ragpulse align`, docs/feedback.md): few-shot examples for a judge
 evaluator picked from people's corrections, and measured on labels they were not picked from.
 
-1. `split`: the labelled traces (one verdict per trace: `labelled.consensus`) into a training and a
+1. `without_examples`: the traces that are already few-shot examples of the evaluator (the
+   configured `judge.examples` file) are left out: the current prompt was shown them, so measuring
+   it on them would flatter it, and a new example must not repeat one.
+2. `split`: the labelled traces (one verdict per trace: `labelled.consensus`) into a training and a
    held-out part, `holdout` of each verdict's traces held out (stratified, so both parts have
    people's passes and fails in the same proportion), by a seeded shuffle.
-2. `pick_examples`: among the training part's disagreements, where the judge's score said pass and
+3. `pick_examples`: among the training part's disagreements, where the judge's score said pass and
    the people fail (a missed failure) or the reverse (a false failure), up to `count` examples,
    alternating the two kinds while both last; within a kind, those with a comment (the reason the
-   judge is shown) first, then in seeded random order.
-3. `measure`: the judge's verdicts on the held-out part against the people's, before and after:
+   judge is shown) first, then in seeded random order. Only verdicts given on a judge's score count
+   (`Consensus.judge_status`): a deterministic evaluator scores under the same name, and its
+   mistakes are not the judge's. The held-out part may hold any labelled trace: it is judged again.
+4. `measure`: the judge's verdicts on the held-out part against the people's, before and after:
    raw agreement and Cohen's κ with its 95 % interval (`agreement_stats`).
 
 Pure logic: the command (`collector/cli/align.py`) reads the labels and traces and runs the judge.
@@ -18,13 +23,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from collector.feedback.agreement_stats import Confusion, cohen_kappa
-from collector.feedback.labelled import Consensus, Verdict, contexts_of
-from evaluators.judge.examples import Example, ExampleDocument
+from collector.feedback.agreement_stats import Confusion, kappa_figures
+from collector.feedback.labelled import Consensus, Verdict
+from evaluators.judge.asking import documents
+from evaluators.judge.examples import MAX_EXAMPLE_DOCUMENTS, Example, ExampleDocument
 from evaluators.scores import Score
 from semconv.models import RagTrace
 
@@ -35,6 +41,13 @@ class Split:
 
     train: list[Consensus]
     held_out: list[Consensus]
+
+
+def without_examples(labelled: Sequence[Consensus], examples: Collection[str]) -> tuple[list[Consensus], int]:
+    """The labelled traces that are not among `examples` (the trace ids of the evaluator's current
+    few-shot examples), and how many were left out."""
+    kept = [c for c in labelled if c.trace_id not in examples]
+    return kept, len(labelled) - len(kept)
 
 
 def split(labelled: Sequence[Consensus], holdout: float, seed: int) -> Split:
@@ -55,12 +68,13 @@ def split(labelled: Sequence[Consensus], holdout: float, seed: int) -> Split:
 
 
 def missed_failures(labelled: Sequence[Consensus]) -> list[Consensus]:
-    """Where the judge's score said pass and the people said fail."""
+    """Where the judge's score said pass and the people said fail (verdicts on a deterministic
+    evaluator's score of the same name do not count: `Consensus.judge_status`)."""
     return [c for c in labelled if c.judge_status == "pass" and c.verdict == "fail"]
 
 
 def false_failures(labelled: Sequence[Consensus]) -> list[Consensus]:
-    """Where the judge's score said fail and the people said pass."""
+    """Where the judge's score said fail and the people said pass (as `missed_failures`)."""
     return [c for c in labelled if c.judge_status == "fail" and c.verdict == "pass"]
 
 
@@ -85,14 +99,17 @@ def pick_examples(train: Sequence[Consensus], count: int, seed: int) -> list[Con
 
 
 def example_of(labelled: Consensus, trace: RagTrace) -> Example:
-    """A labelled trace as a few-shot example: the inputs a judge is given, the people's verdict
-    and their comments as the reason."""
+    """A labelled trace as a few-shot example: the inputs a judge is given (its first
+    `MAX_EXAMPLE_DOCUMENTS` documents: an example shows no more), the people's verdict and their
+    comments as the reason (redacted as the trace is, when the labels were read:
+    `stored_traces.read_labels`)."""
     judge = labelled.judge_status
+    shown = documents(trace)[:MAX_EXAMPLE_DOCUMENTS]
     return Example(
         verdict=labelled.verdict,
         reason=labelled.reason,
         question=trace.question,
-        documents=[ExampleDocument(id=doc_id, text=text) for doc_id, text in contexts_of(trace)],
+        documents=[ExampleDocument(id=doc_id, text=text) for doc_id, text in shown],
         answer=trace.answer,
         reference=trace.expected_answer,
         trace_id=labelled.trace_id,
@@ -110,20 +127,9 @@ class Measure:
     calls: int  # evaluations that asked the judge (each one call, its retries not counted)
 
     def as_dict(self) -> dict[str, Any]:
-        kappa = cohen_kappa(self.confusion)
         return {
             "prompt_version": self.prompt_version,
-            "n": kappa.n,
-            "agreement": kappa.agreement,
-            "kappa": kappa.kappa,
-            "kappa_low": kappa.low,
-            "kappa_high": kappa.high,
-            "confusion": {
-                "pass_pass": self.confusion.pass_pass,
-                "pass_fail": self.confusion.pass_fail,
-                "fail_pass": self.confusion.fail_pass,
-                "fail_fail": self.confusion.fail_fail,
-            },
+            **kappa_figures(self.confusion),
             "no_verdict": self.no_verdict,
             "judge_calls": self.calls,
         }

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -17,6 +17,9 @@ from semconv.models import RagTrace
 
 Verdict = Literal["pass", "fail"]
 HUMAN_LABEL_TAG = "human_label"  # the tag of every exported case
+# The evaluator of a judge's score. A deterministic evaluator scores under the same name (the traces
+# `sampling.judge_rate` leaves to it): a verdict on its score says nothing of the judge.
+JUDGE_EVALUATOR = "judge"
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Label:
     comment: str | None = None
     queue: str | None = None
     score_status: str | None = None  # the judged score's status when the verdict was given
-    score_evaluator: str | None = None
+    score_evaluator: str | None = None  # the judged score's evaluator: judge or deterministic
     judge_model: str | None = None
     prompt_version: str | None = None
     created_at: str = ""  # ISO 8601, UTC: orders one trace's verdicts in time
@@ -67,9 +70,23 @@ class Consensus:
         return max(self.labels, key=lambda label: (label.created_at, label.author))
 
     @property
+    def judge_label(self) -> Label | None:
+        """The latest verdict given on a copy of the judge's score (`score_evaluator = 'judge'`, with
+        a model: a judge score decided by rule without a call, e.g. no documents, is not the
+        model's); None when every verdict judged another evaluator's score of the same name."""
+        judged = [
+            label
+            for label in self.labels
+            if label.score_evaluator == JUDGE_EVALUATOR and label.judge_model is not None
+        ]
+        return max(judged, key=lambda label: (label.created_at, label.author)) if judged else None
+
+    @property
     def judge_status(self) -> str | None:
-        """The judged score's status as the latest verdict saw it (pass, fail, error, skipped)."""
-        return self.latest.score_status
+        """The judge's score's status as the latest verdict on it saw it (pass, fail, error,
+        skipped); None when no verdict was given on a judge's score (`judge_label`)."""
+        label = self.judge_label
+        return None if label is None else label.score_status
 
     @property
     def reason(self) -> str:
@@ -103,11 +120,6 @@ def consensus(labels: Iterable[Label]) -> tuple[list[Consensus], int]:
     return decided, ties
 
 
-def contexts_of(trace: RagTrace) -> list[tuple[str | None, str]]:
-    """The documents the answer was generated from, as the judge is given them: (id, text)."""
-    return [(doc.id, doc.content or "") for doc in trace.contexts]
-
-
 @dataclass
 class ExportCounts:
     """What went into a labels export, and what was left out and why."""
@@ -118,18 +130,30 @@ class ExportCounts:
     ties: int = 0
     gone: int = 0  # traces no longer stored (retention deletes traces, not labels)
     no_answer: int = 0  # traces without an answer: a calibration case needs one
+    examples: int = 0  # verdicts on a trace that is a few-shot example of that score's judge
 
 
 def calibration_set(
-    labels: Sequence[Label], traces: Mapping[str, RagTrace], name: str = "human-labels"
+    labels: Sequence[Label],
+    traces: Mapping[str, RagTrace],
+    name: str = "human-labels",
+    examples: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[CalibrationSet | None, ExportCounts]:
     """The labelled traces as calibration cases, one per trace (named by its id), with the people's
     verdict for each score they labelled and the tags `human_label` and the queues the verdicts came
-    from; None when no case is left."""
+    from; None when no case is left.
+
+    `examples` maps a score name to the traces that are few-shot examples of its judge
+    (`judge.examples`): their verdicts on that score are left out (and counted), so that a judge is
+    never measured on its own examples; a trace left with no verdict is no case."""
     decided, ties = consensus(labels)
     counts = ExportCounts(labels=len(labels), ties=ties)
+    shown = examples or {}
     by_trace: dict[str, list[Consensus]] = defaultdict(list)
     for verdict in decided:
+        if verdict.trace_id in shown.get(verdict.name, ()):
+            counts.examples += 1
+            continue
         by_trace[verdict.trace_id].append(verdict)
     cases = []
     for trace_id, verdicts in sorted(by_trace.items()):

@@ -9,6 +9,7 @@ same redaction before the judge), so a label's case holds what the judge was sho
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +17,17 @@ import pyarrow as pa
 
 from collector.feedback.labelled import Label
 from collector.processors.judge_input import judge_trace
-from collector.schema.span_records import records_by_trace, span_records
+from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS, records_by_trace, span_records
 from collector.schema.windows import Window
 from collector.store.reads import SqlRunner
-from collector.store.reads.labels import events_sql, expectations_sql, labels_sql, spans_sql
+from collector.store.reads.labels import (
+    LABEL_KEY,
+    SPAN_TIME_COLUMNS,
+    events_sql,
+    expectations_sql,
+    labels_sql,
+    spans_sql,
+)
 from semconv import RagTrace
 from semconv.options import DEFAULT_OPTIONS, MappingOptions
 
@@ -38,18 +46,34 @@ class LabelReadError(ValueError):
 
 
 def read_labels(
-    run: SqlRunner, max_rows: int, window: Window, service: str | None = None, name: str | None = None
+    run: SqlRunner,
+    max_rows: int,
+    window: Window,
+    service: str | None = None,
+    name: str | None = None,
+    redactor: Redactor | None = None,
 ) -> list[Label]:
     """Every pass/fail verdict given in the window (on `service`'s traces, of score `name`), in
-    trace, score, time and author order; paged so that no answer is cut by the row limit."""
+    trace, score and author order; paged by key (`labels_sql`), so that no answer is cut by the row
+    limit and verdicts given meanwhile shift no page. Comments go through `redactor` (the judge's,
+    as the traces do in `read_traces`): a comment becomes an example's reason, shown to the judge."""
     labels: list[Label] = []
     page = max(1, min(LABEL_PAGE, max_rows))
+    after: tuple[str, str, str] | None = None
     while True:
-        rows, truncated = run(labels_sql(window, service, name, limit=page, offset=len(labels)), max_rows)
-        labels += [Label.from_row(row) for row in rows]
+        rows, truncated = run(labels_sql(window, service, name, limit=page, after=after), max_rows)
+        labels += [_redacted(Label.from_row(row), redactor) for row in rows]
         # A server whose own row limit is below ours cuts the page: go on from where it stopped.
         if not rows or (len(rows) < page and not truncated):
             return labels
+        last = rows[-1]
+        after = (str(last[LABEL_KEY[0]]), str(last[LABEL_KEY[1]]), str(last[LABEL_KEY[2]]))
+
+
+def _redacted(label: Label, redactor: Redactor | None) -> Label:
+    if redactor is None or not label.comment:
+        return label
+    return dataclasses.replace(label, comment=redactor.redact(label.comment))
 
 
 def read_traces(
@@ -106,24 +130,22 @@ def _micros(values: list[Any]) -> pa.Array:
     return pa.array(values, pa.int64()).cast(pa.timestamp("us"))
 
 
+def _table(rows: list[dict[str, Any]], columns: Sequence[str], times: Sequence[str]) -> pa.Table:
+    """Rows of `spans_sql` or `events_sql` (`times` as integer µs, the others text) in the shape
+    `span_records` reads (the store's `read_spans` answer)."""
+    return pa.table(
+        {
+            column: _micros([r[column] for r in rows])
+            if column in times
+            else pa.array([r[column] for r in rows], pa.string())
+            for column in columns
+        }
+    )
+
+
 def _spans_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """Span rows in the shape `span_records` reads (the store's `read_spans` answer)."""
-    texts = ("trace_id", "span_id", "parent_span_id", "name", "kind", "service_name")
-    columns: dict[str, pa.Array] = {c: pa.array([r[c] for r in rows], pa.string()) for c in texts}
-    columns["start_time"] = _micros([r["start_us"] for r in rows])
-    columns["end_time"] = _micros([r["end_us"] for r in rows])
-    for column in ("status_code", "status_message", "attributes", "scope_name"):
-        columns[column] = pa.array([r[column] for r in rows], pa.string())
-    return pa.table(columns)
+    return _table(rows, SPAN_COLUMNS, SPAN_TIME_COLUMNS)
 
 
 def _events_table(rows: list[dict[str, Any]]) -> pa.Table:
-    return pa.table(
-        {
-            "trace_id": pa.array([r["trace_id"] for r in rows], pa.string()),
-            "span_id": pa.array([r["span_id"] for r in rows], pa.string()),
-            "time": _micros([r["time_us"] for r in rows]),
-            "name": pa.array([r["name"] for r in rows], pa.string()),
-            "attributes": pa.array([r["attributes"] for r in rows], pa.string()),
-        }
-    )
+    return _table(rows, EVENT_COLUMNS, ("time",))

@@ -21,7 +21,8 @@ inside the call's fence, and the call's token is drawn again over the input and 
 together, so it occurs in none of them. Only our own words are outside the fence: the rule in the
 system message and the verdicts, which are `pass` or `fail` and nothing else. An example shows the
 inputs the call itself shows (a `context_relevance` example has no answer), its documents by rank
-and clipped harder than the input's (they are repeated in every call).
+and clipped harder than the input's (they are repeated in every call), its question, answer, reference
+and reason clipped too (`EXAMPLE_TEXT_CHARS`); a file holds at most `MAX_EXAMPLES` examples.
 
 The prompt version becomes `<version>+examples-<digest>` (for example `faithfulness/4+examples-
 3f9a0c1b2d`), the digest being a sha256 of what the examples show the judge: scores made with them
@@ -44,9 +45,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .fence import FencedInputs, clip_documents, make_fence, neutralize
 
 # Examples are sent with every call of their evaluator: their documents are clipped harder than the
-# input's (4,000 per document, 24,000 in all), so that 4 examples cost at most about 4,000 tokens.
+# input's (4,000 per document, 24,000 in all), and their question, answer, reference and reason are
+# clipped too (the input's are not), so that an example costs at most about 1,750 tokens, and a file
+# holds at most `MAX_EXAMPLES` (a hand-edited file cannot inflate every call without bound).
 EXAMPLE_DOCUMENT_CHARS = 1_000
 EXAMPLE_TOTAL_CHARS = 3_000
+EXAMPLE_TEXT_CHARS = 1_000
+MAX_EXAMPLES = 20
+MAX_EXAMPLE_DOCUMENTS = 20
 DIGEST_CHARS = 10
 # The inputs an example can show, in the order the input shows them.
 INPUT_KEYS = ("question", "documents", "answer", "reference")
@@ -75,7 +81,7 @@ class Example(BaseModel):
     verdict: Literal["pass", "fail"]
     reason: str = ""
     question: str | None = None
-    documents: list[ExampleDocument] = Field(default_factory=list)
+    documents: list[ExampleDocument] = Field(default_factory=list, max_length=MAX_EXAMPLE_DOCUMENTS)
     answer: str | None = None
     reference: str | None = None
     # Where the example comes from (not shown to the judge).
@@ -84,18 +90,22 @@ class Example(BaseModel):
 
     def shown(self, keys: Sequence[str]) -> dict[str, Any]:
         """The example as the judge sees it: of `keys`, the inputs it has, then the reason; every
-        text neutralised (as `fence_inputs` does the input's), documents by rank, clipped."""
+        text neutralised (as `fence_inputs` does the input's), documents by rank, every text clipped
+        (`clipped` says which, kept/original characters, as a clipped document does)."""
         entry: dict[str, Any] = {}
+        clipped: dict[str, str] = {}
         for key in keys:
             if key == "documents":
                 if self.documents:
                     entry[key] = _documents(self.documents)
-            else:
-                value = getattr(self, key, None)
-                if value is not None:
-                    entry[key] = neutralize(value)
+                continue
+            value = getattr(self, key, None)
+            if value is not None:
+                entry[key] = _clip_text(key, value, clipped)
         if self.reason.strip():
-            entry["reason"] = neutralize(self.reason.strip())
+            entry["reason"] = _clip_text("reason", self.reason.strip(), clipped)
+        if clipped:
+            entry["clipped"] = clipped
         return entry
 
     def texts(self) -> list[str]:
@@ -103,6 +113,17 @@ class Example(BaseModel):
         values = [self.question, self.answer, self.reference, self.reason]
         values += [doc.text for doc in self.documents] + [doc.id for doc in self.documents if doc.id]
         return [value for value in values if value]
+
+
+def _clip_text(key: str, text: str, clipped: dict[str, str]) -> str:
+    """`text` clipped at `EXAMPLE_TEXT_CHARS` as a document is (`clip_documents`) and neutralised;
+    a clip is noted in `clipped` under `key`."""
+    [doc] = clip_documents(
+        [(None, text)], max_document_chars=EXAMPLE_TEXT_CHARS, max_total_chars=EXAMPLE_TEXT_CHARS
+    ).documents
+    if doc.clipped:
+        clipped[key] = f"{len(doc.text)}/{doc.original_chars}"
+    return neutralize(doc.text)
 
 
 def _documents(documents: Sequence[ExampleDocument]) -> list[dict[str, Any]]:
@@ -127,7 +148,7 @@ class ExamplesFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     evaluator: str = Field(min_length=1)
-    examples: list[Example] = Field(min_length=1)
+    examples: list[Example] = Field(min_length=1, max_length=MAX_EXAMPLES)
     # How the examples were chosen and what they measured (`ragpulse align`'s report); not used.
     provenance: dict[str, Any] = Field(default_factory=dict)
 
@@ -168,7 +189,15 @@ class FewShot:
     def of(cls, examples: Sequence[Example]) -> FewShot:
         if not examples:
             raise ValueError("few-shot examples: at least one is needed")
+        if len(examples) > MAX_EXAMPLES:
+            raise ValueError(f"few-shot examples: at most {MAX_EXAMPLES}, got {len(examples)}")
         return cls(tuple(examples))
+
+    @property
+    def trace_ids(self) -> frozenset[str]:
+        """The traces the examples were taken from (those that say so): a judge with these examples
+        must not be measured on them."""
+        return frozenset(example.trace_id for example in self.examples if example.trace_id)
 
     @property
     def digest(self) -> str:

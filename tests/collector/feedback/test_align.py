@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from collector.config import load_config
 from collector.feedback.agreement_stats import Confusion, cohen_kappa
 from collector.service import BackgroundService
@@ -121,7 +123,9 @@ def test_align_measures_examples_on_held_out_labels_and_write_makes_the_service_
             after = Confusion.of(
                 [(expected_verdict(by_id[t][2], by_id[t][1], taught), by_id[t][3]) for t in held]
             )
-            assert after.fail_fail > 0 and after.pass_fail > 0  # caught the fees, not the free shipping
+            assert after.fail_fail > 0  # caught the fees
+            if any(SHIPPING in by_id[t][2] for t in held):  # (the split follows the random trace ids)
+                assert after.pass_fail > 0  # and not the free shipping
             for when, confusion in (("before", before), ("after", after)):
                 measured = report[when]
                 assert {
@@ -179,3 +183,74 @@ def test_align_measures_examples_on_held_out_labels_and_write_makes_the_service_
         fresh[0]: ("fail", version),
         fresh[1]: ("pass", version),
     }
+
+
+REDACT_JUDGE_INPUT = "redaction: {presets: [email], apply_to: [judge]}\n"
+EMAIL = "ana@example.com"
+
+
+def test_comments_are_redacted_and_examples_are_never_measured_on(tmp_path: Path) -> None:
+    """A reviewer's comment reaches the judge redacted (redaction.apply_to: [judge]), as the traces
+    do; once written, the examples' traces are left out of the next alignment (neither held out nor
+    picked: the current prompt was shown them) and out of the labels export (calibrate would
+    measure the configured judge on its own examples)."""
+    with OpenAIStub(responder=learning_judge) as stub:
+        config = write_config(
+            tmp_path / "conf" / "ragpulse.yaml", tmp_path / "data" / "rp.duckdb", stub.base_url,
+            REDACT_JUDGE_INPUT,
+        )  # fmt: skip
+        with BackgroundService(load_config(config)) as svc:
+            cases = [
+                (question(i), document(i), good_answer(i) if i < 6 else bad_answer(i)) for i in range(12)
+            ]
+            ids = send(svc, cases)
+            for i, trace_id in enumerate(ids):
+                comment = f"the restocking fee is invented; ask {EMAIL}" if i >= 6 else None
+                annotate(svc, trace_id, "pass" if i < 6 else "fail", comment=comment)
+
+            asked = len(stub.requests)
+            done = align(config, svc.http_url, "--examples", "2", "--write", "--json")
+            assert done.returncode == 0, done.stderr
+            first = json.loads(done.stdout)
+            assert first["already_examples"] == 0
+            written = read_examples(config.parent / "judge-examples" / "faithfulness.yaml")
+            assert len(written.examples) == 2
+            redacted = "the restocking fee is invented; ask [EMAIL]"
+            assert [e.reason for e in written.examples] == [redacted, redacted]
+            assert [e["reason"] for e in first["examples"]] == [redacted, redacted]
+            # The judge prompts with the examples show the placeholder, never the address.
+            calls = stub.requests[asked:]
+            assert all(EMAIL not in json.dumps(r.json) for r in calls)
+            shown = [
+                e["reason"]
+                for r in calls
+                if len(blocks := fenced_blocks(r.json["messages"][-1]["content"])) == 2
+                for e in blocks[0][1]["examples"]
+            ]
+            assert shown and set(shown) == {redacted}
+
+            # Aligning again: the current examples' traces are out of the pool, so of both parts.
+            examples = {e.trace_id for e in written.examples}
+            done = align(config, svc.http_url, "--examples", "2", "--json")
+            assert done.returncode == 0, done.stderr
+            second = json.loads(done.stdout)
+            assert second["already_examples"] == 2
+            assert second["train"] + second["held_out"] == 12 - 2
+            assert not examples & set(second["held_out_traces"])
+            assert not examples & {e["trace_id"] for e in second["examples"]}
+            # "before" is the prompt with the configured examples.
+            assert second["before"]["prompt_version"] == first["after"]["prompt_version"]
+            done = align(config, svc.http_url, "--examples", "2")  # the table
+            assert done.returncode == 0, done.stderr
+            assert "2 already example(s) in judge.examples" in done.stdout
+
+            # The labels export leaves their verdicts out, and says so.
+            out = tmp_path / "labels.yaml"
+            done = run_ragpulse(
+                "datasets", "export", "--labels", str(out), "--config", str(config), "--server", svc.http_url,
+                cwd=config.parent.parent,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert "wrote 10 case(s)" in done.stdout and "2 verdict(s) on judge examples" in done.stdout
+            exported = {case["name"] for case in yaml.safe_load(out.read_text())["cases"]}
+            assert exported == set(ids) - examples

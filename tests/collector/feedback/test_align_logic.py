@@ -1,23 +1,50 @@
 """The pure parts of `ragpulse align`: the stratified seeded split, picking examples among the
-disagreements, measuring agreement on the held-out labels; and setting `judge.examples` in a config
-file without losing its comments (collector/config_edit.py)."""
+disagreements (with the judge's scores only), leaving out the traces that are already examples,
+measuring agreement on the held-out labels; and setting `judge.examples` in a config file without
+losing its comments, falling back to a rewrite, and replacing files whole
+(collector/config_edit.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
-from collector.config_edit import insert_examples_key, set_examples_key
+from collector import config_edit
+from collector.config_edit import insert_examples_key, set_examples_key, with_examples_key, write_atomically
 from collector.feedback.agreement_stats import Confusion, cohen_kappa
-from collector.feedback.align import measure, pick_examples, split
+from collector.feedback.align import (
+    false_failures,
+    measure,
+    missed_failures,
+    pick_examples,
+    split,
+    without_examples,
+)
 from collector.feedback.labelled import Consensus, Label
 from evaluators.scores import Score
 
 
-def labelled(trace_id: str, verdict: str, judge: str, comment: str | None = None) -> Consensus:
-    label = Label(trace_id, "faithfulness", "ana", verdict, comment=comment, score_status=judge)  # type: ignore[arg-type]
+def labelled(
+    trace_id: str,
+    verdict: str,
+    judge: str,
+    comment: str | None = None,
+    evaluator: str = "judge",
+    model: str | None = "judge-test",
+) -> Consensus:
+    label = Label(
+        trace_id,
+        "faithfulness",
+        "ana",
+        verdict,
+        comment=comment,
+        score_status=judge,
+        score_evaluator=evaluator,
+        judge_model=model if evaluator == "judge" else None,
+    )  # type: ignore[arg-type]
     return Consensus(trace_id, "faithfulness", verdict, (label,))  # type: ignore[arg-type]
 
 
@@ -119,3 +146,120 @@ def test_a_layout_the_edit_cannot_handle_is_rewritten_and_said_so(tmp_path: Path
     missing = tmp_path / "new.yaml"
     assert set_examples_key(missing, "faithfulness", "/f.yaml").how == "created"
     assert yaml.safe_load(missing.read_text()) == {"judge": {"examples": {"faithfulness": "/f.yaml"}}}
+
+
+def test_only_verdicts_on_the_judges_score_are_disagreements() -> None:
+    # With judge_rate < 1 most faithfulness scores are the deterministic evaluator's, under the same
+    # name: a verdict on one of those is no correction of the judge.
+    train = [
+        labelled("det-missed", "fail", "pass", "fee invented", evaluator="deterministic"),
+        labelled("det-false", "pass", "fail", "fine", evaluator="deterministic"),
+        labelled("judge-missed", "fail", "pass"),
+        # A judge score decided by rule without a call (no documents): no model to correct.
+        labelled("judge-rule", "fail", "pass", "no documents", model=None),
+    ]
+    assert [c.trace_id for c in missed_failures(train)] == ["judge-missed"]
+    assert false_failures(train) == []
+    assert [c.trace_id for c in pick_examples(train, 4, seed=0)] == ["judge-missed"]
+    assert train[0].judge_status is None and train[2].judge_status == "pass"
+    # Two verdicts on one trace, the later one on a deterministic copy: the judge's copy is the one
+    # compared.
+    on_judge = Label(
+        "mixed", "faithfulness", "ana", "fail", score_status="pass", score_evaluator="judge",
+        judge_model="judge-test", created_at="2026-01-01T00:00:01",
+    )  # fmt: skip
+    on_deterministic = Label(
+        "mixed", "faithfulness", "bob", "fail", score_status="fail", score_evaluator="deterministic",
+        created_at="2026-01-01T00:00:02",
+    )  # fmt: skip
+    mixed = Consensus("mixed", "faithfulness", "fail", (on_judge, on_deterministic))
+    assert mixed.judge_status == "pass" and missed_failures([mixed]) == [mixed]
+
+
+def test_traces_that_are_already_examples_are_left_out_of_the_pool() -> None:
+    kept, dropped = without_examples(population(), {"p01", "f03", "gone"})
+    assert dropped == 2
+    assert {c.trace_id for c in kept} == {c.trace_id for c in population()} - {"p01", "f03"}
+    parts = split(kept, 0.5, seed=0)
+    assert not {"p01", "f03"} & {c.trace_id for c in parts.held_out + parts.train}
+    assert without_examples(population(), frozenset()) == (population(), 0)
+
+
+# Valid configs whose in-place edit does not read back as YAML (`examples` and `judge` in flow style
+# on their own line): the edit must fall back to the rewrite, not end in a traceback.
+NOT_EDITABLE_IN_PLACE = [
+    (
+        "judge:\n  model: m\n  examples:\n    {context_recall: /a.yaml}\n",
+        {"judge": {"model": "m", "examples": {"context_recall": "/a.yaml", "faithfulness": "/f.yaml"}}},
+    ),
+    ("judge:\n  {model: m}\n", {"judge": {"model": "m", "examples": {"faithfulness": "/f.yaml"}}}),
+]
+
+
+@pytest.mark.parametrize(("text", "wanted"), NOT_EDITABLE_IN_PLACE)
+def test_an_insertion_that_is_no_yaml_falls_back_to_the_rewrite(
+    tmp_path: Path, text: str, wanted: dict[str, object]
+) -> None:
+    path = tmp_path / "ragpulse.yaml"
+    path.write_text(text)
+    edited = insert_examples_key(text, "faithfulness", "/f.yaml")
+    assert edited is not None
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load(edited)
+    assert set_examples_key(path, "faithfulness", "/f.yaml").how == "rewritten"
+    assert yaml.safe_load(path.read_text()) == wanted
+
+
+def test_an_alias_of_judge_does_not_get_the_key(tmp_path: Path) -> None:
+    text = "judge: &j\n  model: m\nother: *j\n"
+    data = yaml.safe_load(text)
+    assert with_examples_key(data, "faithfulness", "/f.yaml") == {
+        "judge": {"model": "m", "examples": {"faithfulness": "/f.yaml"}},
+        "other": {"model": "m"},
+    }
+    assert data == {"judge": {"model": "m"}, "other": {"model": "m"}}  # not changed
+    path = tmp_path / "ragpulse.yaml"
+    path.write_text(text)
+    assert set_examples_key(path, "faithfulness", "/f.yaml").how == "rewritten"
+    assert yaml.safe_load(path.read_text()) == {
+        "judge": {"model": "m", "examples": {"faithfulness": "/f.yaml"}},
+        "other": {"model": "m"},
+    }
+
+
+def test_files_are_replaced_whole_through_a_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tmp_path / "real.yaml"
+    real.write_text(COMMENTED)
+    real.chmod(0o640)
+    link = tmp_path / "ragpulse.yaml"
+    link.symlink_to(real)
+    replaced: list[tuple[str, str]] = []
+    original_replace = os.replace
+
+    def recording_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        replaced.append((str(src), str(dst)))
+        original_replace(src, dst)
+
+    monkeypatch.setattr(config_edit.os, "replace", recording_replace)
+    assert set_examples_key(link, "faithfulness", "/f.yaml").how == "inserted"
+    [(source, destination)] = replaced
+    assert Path(source).parent == tmp_path and destination == str(real)
+    assert link.is_symlink() and (real.stat().st_mode & 0o777) == 0o640  # the link and the mode kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ragpulse.yaml", "real.yaml"]
+
+    # A write that fails leaves the old file as it was, and no temporary file.
+    before = real.read_text()
+
+    def failing_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(config_edit.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space"):
+        set_examples_key(link, "context_relevance", "/c.yaml")
+    assert real.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ragpulse.yaml", "real.yaml"]
+    with pytest.raises(OSError, match="No space"):
+        write_atomically(tmp_path / "new.yaml", "x: 1\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ragpulse.yaml", "real.yaml"]

@@ -9,16 +9,23 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import ValidationError
 
 from collector.judge_setup import JudgeSetupError, load_examples, open_judge
 from evaluators.judge import JudgeSettings, fence_inputs
 from evaluators.judge.examples import (
+    EXAMPLE_TEXT_CHARS,
     EXAMPLES_RULE,
+    MAX_EXAMPLE_DOCUMENTS,
+    MAX_EXAMPLES,
     Example,
     ExampleDocument,
+    ExamplesError,
     ExamplesFile,
     FewShot,
     examples_yaml,
+    read_examples,
 )
 from evaluators.metrics.context_relevance import context_relevance_messages
 from evaluators.metrics.faithfulness import (
@@ -185,3 +192,41 @@ def test_the_service_does_not_start_with_an_examples_file_it_cannot_use(tmp_path
     done = run_ragpulse("serve", "--config", str(config), cwd=tmp_path, timeout=60)
     assert done.returncode == 1
     assert "judge.examples.citation.[key]: Value error, not a judge evaluator" in done.stderr
+
+
+def test_a_file_holds_at_most_20_examples_of_at_most_20_documents(tmp_path: Path) -> None:
+    path = tmp_path / "faithfulness.yaml"
+    path.write_text(
+        examples_yaml(ExamplesFile(evaluator="faithfulness", examples=[example()] * MAX_EXAMPLES))
+    )
+    assert len(read_examples(path).examples) == MAX_EXAMPLES == 20
+    one = example().model_dump(mode="json", exclude_none=True)
+    path.write_text(yaml.safe_dump({"evaluator": "faithfulness", "examples": [one] * (MAX_EXAMPLES + 1)}))
+    with pytest.raises(
+        ExamplesError, match=r"faithfulness.yaml: examples: List should have at most 20 items"
+    ):
+        read_examples(path)
+    documents = [ExampleDocument(text=f"doc {i}") for i in range(MAX_EXAMPLE_DOCUMENTS + 1)]
+    with pytest.raises(ValidationError, match="documents"):
+        Example(verdict="fail", documents=documents)
+    with pytest.raises(ValueError, match="at most 20"):
+        FewShot.of([example()] * (MAX_EXAMPLES + 1))
+
+
+def test_long_texts_of_an_example_are_clipped_as_documents_are() -> None:
+    long = example().model_copy(
+        update={"question": "q" * 5000, "answer": "a" * 1200, "reference": "30 days", "reason": "r" * 3000}
+    )
+    shown = long.shown(["question", "documents", "answer", "reference"])
+    assert shown["question"] == "q" * EXAMPLE_TEXT_CHARS and shown["answer"] == "a" * EXAMPLE_TEXT_CHARS
+    assert shown["reason"] == "r" * EXAMPLE_TEXT_CHARS and shown["reference"] == "30 days"
+    assert shown["clipped"] == {"question": "1000/5000", "answer": "1000/1200", "reason": "1000/3000"}
+    # In the call: the payload of the examples stays bounded, and the digest follows what is shown.
+    messages, inputs = fenced()
+    sent, _ = FewShot.of([long]).apply(messages, inputs)  # type: ignore[arg-type]
+    [entry] = fenced_blocks(sent[1]["content"])[0][1]["examples"]
+    assert len(entry["answer"]) == EXAMPLE_TEXT_CHARS and "clipped" in entry
+    longer = long.model_copy(update={"question": "q" * 9000})
+    assert FewShot.of([longer]).digest != FewShot.of([long]).digest  # the clip note differs
+    # A short example shows no clip note.
+    assert "clipped" not in example().shown(["question", "answer", "reference"])
