@@ -125,9 +125,12 @@ def align(
     parts = split(pool, holdout, seed)
     picked = pick_examples(parts.train, count, seed)
     if not picked:
+        # Verdicts on a deterministic score (or a judge's rule, without a call) correct no model.
+        not_judged = sum(1 for c in parts.train if c.judge_status is None)
         raise click.ClickException(
             f"no disagreement between the judge and people among the {len(parts.train)} training "
-            "trace(s): no example to learn from"
+            f"trace(s) ({not_judged} labelled on a score the judge model did not give): no example "
+            "to learn from"
         )
     if not parts.held_out:
         raise click.ClickException(
