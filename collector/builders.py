@@ -146,6 +146,8 @@ def store(parts: Parts) -> list[Component]:
     """`store:`: the store (opened, migrated), its probe, and the memory releaser beside it."""
     cfg = parts.config
     parts.store = open_store(parts.store_config)
+    # The view's `status` depends on the configured idle timeout, which a view cannot read.
+    parts.store.define_sessions_view(cfg.sessions.idle_timeout)
     parts.metrics.watch_store(parts.store.health)
     parts.store_probe = StoreProbe(parts.store)
     sidecar = None if parts.store.shared else cfg.store.path  # a lake is opened by many: no sidecar

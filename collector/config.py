@@ -31,6 +31,7 @@ from collector.processors.config import (
 )
 from collector.receivers.config import ReceiversConfig
 from collector.receivers.tls import TlsConfig
+from collector.sessions_config import SessionsConfig
 from collector.store.config import StoreConfig
 from collector.store.sql import SqlConfig
 from evaluators.embeddings import EmbeddingSettings
@@ -58,6 +59,7 @@ class Config(Section):
     exporters: ExportersConfig = Field(default_factory=ExportersConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     tls: TlsConfig = Field(default_factory=TlsConfig)
     redaction: RedactionConfig = Field(default_factory=RedactionConfig)
     probes: Probes = Field(default_factory=list)

@@ -48,6 +48,14 @@ SESSION_KEYS = (
     "langfuse.session.id",
     "traceloop.association.properties.session_id",
 )
+# The end user a trace served, first found wins: OTel's and OpenInference's `user.id`, older OTel's
+# `enduser.id`, Langfuse's, OpenLLMetry's association property.
+USER_KEYS = (
+    "user.id",
+    "enduser.id",
+    "langfuse.user.id",
+    "traceloop.association.properties.user_id",
+)
 NAME_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^vector_db_retrieve\b|retriever|^retrieval\b|^retrieve\b", re.IGNORECASE), "retrieval"),
     (re.compile(r"rerank", re.IGNORECASE), "rerank"),
@@ -405,6 +413,7 @@ def _map_tree(nodes: list[Node], roots: list[Node], options: MappingOptions) -> 
         expected_documents=string_list(_any_attr(nodes, names.RAG_EXPECTED_DOCUMENTS)),
         expected_answer=text(_any_attr(nodes, names.RAG_EXPECTED_ANSWER)),
         session_id=text(first_of(SESSION_KEYS, lambda key: _any_attr(nodes, key))),
+        user_id=text(first_of(USER_KEYS, lambda key: _any_attr(nodes, key))),
         retrieval_ms=_sum(s.duration_ms for s in steps if s.kind in ("retrieval", "rerank")),
         generation_ms=_sum(s.duration_ms for s in steps if s.kind == "llm"),
         input_tokens=_sum(s.input_tokens for s in steps if s.kind == "llm"),

@@ -115,6 +115,7 @@ class RagTrace(BaseModel):
     expected_documents: list[str] | None = None
     expected_answer: str | None = None
     session_id: str | None = None
+    user_id: str | None = None
     retrieval_ms: float | None = None
     generation_ms: float | None = None
     input_tokens: int | None = None

@@ -7,6 +7,9 @@
   one page of traces, filtered and sorted on the server, with the total;
 - `GET /api/traces/{trace_id}`: one trace with its spans, steps, documents, scores and people's
   verdicts on them;
+- `GET /api/sessions?since=&until=&service=&status=&user=&sort=&order=&limit=&offset=`: one page of
+  sessions (docs/sessions.md), worst first by default, with the total;
+- `GET /api/sessions/{session_id}?service=`: one session with its turns in order and their scores;
 - `GET /api/review?name=&queue=random|contested&since=&service=&author=&limit=`: the traces a
   reviewer labels next for one score (docs/feedback.md, "The review queues");
 - `GET /api/alerts`: alert states, their latest events, and judge canary runs;
@@ -29,7 +32,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from collector.api import OrjsonResponse
-from collector.dashboard.data import BadParameter, DashboardData, Params
+from collector.dashboard.data import BadParameter, DashboardData, Params, UnknownSession
 from collector.probes.report import UnknownRun
 from collector.store.sql import QueryError
 
@@ -46,6 +49,9 @@ class DashboardApi:
             Route("/api/regressions", self._endpoint(self._regressions), methods=["GET"]),
             Route("/api/traces", self._endpoint(self._traces), methods=["GET"]),
             Route("/api/traces/{trace_id}", self._endpoint(self._trace), methods=["GET"]),
+            Route("/api/sessions", self._endpoint(self._sessions), methods=["GET"]),
+            # `path`: a session id may hold a slash (the app chooses its ids).
+            Route("/api/sessions/{session_id:path}", self._endpoint(self._session), methods=["GET"]),
             Route("/api/review", self._endpoint(self._review), methods=["GET"]),
             Route("/api/alerts", self._endpoint(self._alerts), methods=["GET"]),
             Route("/api/probes", self._endpoint(self._probes), methods=["GET"]),
@@ -81,6 +87,15 @@ class DashboardApi:
         if found is None:
             return {"error": f"no assembled trace {trace_id.lower()}"}, 404
         return found, 200
+
+    def _sessions(self, request: Request) -> Answer:
+        return self._data.sessions(_params(request)), 200
+
+    def _session(self, request: Request) -> Answer:
+        try:
+            return self._data.session(request.path_params["session_id"], _params(request)), 200
+        except UnknownSession as exc:
+            return {"error": str(exc)}, 404
 
     def _review(self, request: Request) -> Answer:
         return self._data.review(_params(request)), 200

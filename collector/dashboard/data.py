@@ -24,10 +24,15 @@ from collector.schema.windows import Window, check_window, parse_duration, parse
 from collector.store.reads import Query
 from collector.store.reads import dashboard as reads
 from collector.store.reads import review as review_reads
+from collector.store.reads import sessions as session_reads
 from collector.store.reads.dashboard import SORT_KEYS, TraceFilter
+from collector.store.reads.sessions import SESSION_SORTS, SESSION_STATUSES, SessionFilter
+from collector.store.schema_sql import DEFAULT_IDLE_TIMEOUT
 
 # The most traces one page lists.
 MAX_PAGE = 500
+# The longest session id, service name or user id a request may name.
+MAX_KEY_CHARS = 1000
 # The review queues (docs/feedback.md), and how near its threshold a value is borderline.
 QUEUES = ("random", "contested")
 BORDERLINE_MARGIN = 0.1
@@ -36,6 +41,10 @@ Params = Mapping[str, str]
 
 class BadParameter(ValueError):
     """A query parameter that cannot be used; the message names it."""
+
+
+class UnknownSession(LookupError):
+    """No session of that id (under that service)."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +71,10 @@ class DashboardData:
         prices: JudgePrices | None = None,
         regression: RegressionSettings | None = None,
         dimensions: Sequence[str] = (),
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self._rows = rows
+        self._idle_timeout = idle_timeout  # `sessions.idle_timeout`: when a session has ended
         self._dimensions = tuple(dimensions)  # `monitoring.dimensions`: what `by` and `slice` may name
         self._prices = prices or JudgePrices()
         self._regression = regression or RegressionSettings()
@@ -159,6 +170,49 @@ class DashboardData:
         if annotations:
             detail["annotations"] = self._rows(review_reads.trace_annotations_sql(trace_id))
         return detail
+
+    def sessions(self, params: Params) -> dict[str, Any]:
+        """One page of sessions (the `sessions` view), filtered and sorted, with the number the
+        filters match."""
+        f = session_filter(params, self._idle_timeout)
+        sessions = self._rows(session_reads.session_page_sql(f))
+        if sessions:
+            total = sessions[0]["total"]
+            for session in sessions:
+                del session["total"]
+        else:  # past the last page, or none: counted apart
+            total = self._rows(session_reads.session_count_sql(f))[0]["total"]
+        return {
+            "window": f.window.describe(),
+            "total": total,
+            "limit": f.limit,
+            "offset": f.offset,
+            "sessions": sessions,
+        }
+
+    def session(self, session_id: str, params: Params) -> dict[str, Any]:
+        """One session's row and its turns in order, each with its scores. `service` picks the
+        session when its id exists under several services; `UnknownSession` when there is none."""
+        if not 0 < len(session_id) <= MAX_KEY_CHARS:
+            raise BadParameter(f"session_id: 1 to {MAX_KEY_CHARS} characters")
+        service = _key_text("service", params.get("service") or None)
+        found = self._rows(session_reads.session_sql(session_id, service, self._idle_timeout))
+        if not found:
+            under = "" if service is None else f" under service {service}"
+            raise UnknownSession(f"no session {session_id}{under}")
+        if len(found) > 1:
+            services = ", ".join(str(r["service_name"]) for r in found)
+            raise BadParameter(f"service: session {session_id} exists under several services ({services})")
+        (row,) = found
+        service_name = row["service_name"]
+        scores: dict[str, list[dict[str, Any]]] = {}
+        for score in self._rows(session_reads.turn_scores_sql(session_id, service_name)):
+            scores.setdefault(score.pop("trace_id"), []).append(score)
+        turns = self._rows(session_reads.turns_sql(session_id, service_name))
+        for number, turn in enumerate(turns, 1):
+            turn["turn"] = number
+            turn["scores"] = scores.get(turn["trace_id"], [])
+        return {"session": row, "turns": turns}
 
     def review(self, params: Params) -> dict[str, Any]:
         """The traces a reviewer labels next for one score, from the `random` or the `contested`
@@ -296,6 +350,37 @@ def trace_filter(params: Params, dimensions: Sequence[str] = ()) -> TraceFilter:
     )
 
 
+def session_filter(params: Params, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> SessionFilter:
+    """The session list's filters, sort and page from the parameters."""
+    sort = params.get("sort") or "worst"
+    if sort not in SESSION_SORTS:
+        raise BadParameter(f"sort: one of {', '.join(SESSION_SORTS)}")
+    order = params.get("order") or "desc"
+    if order not in ("asc", "desc"):
+        raise BadParameter("order: asc or desc")
+    status = params.get("status") or None
+    if status is not None and status not in SESSION_STATUSES:
+        raise BadParameter(f"status: one of {', '.join(SESSION_STATUSES)}")
+    return SessionFilter(
+        window=window_of(params),
+        idle_timeout=idle_timeout,
+        service=_key_text("service", params.get("service") or None),
+        status=status,
+        user=_key_text("user", params.get("user") or None),
+        sort=sort,
+        descending=order == "desc",
+        limit=_integer(params, "limit", 50, 1, MAX_PAGE),
+        offset=_integer(params, "offset", 0, 0, 10**9),
+    )
+
+
+def _key_text(name: str, value: str | None) -> str | None:
+    """A session id, service or user from a request: at most `MAX_KEY_CHARS` characters."""
+    if value is not None and len(value) > MAX_KEY_CHARS:
+        raise BadParameter(f"{name}: at most {MAX_KEY_CHARS} characters")
+    return value
+
+
 def _duration(params: Params, name: str, default: float) -> float:
     raw = params.get(name)
     if not raw:
@@ -340,6 +425,7 @@ def dashboard_data(rows: Query, config: Config) -> DashboardData:
         JudgePrices(judge.input_cost_per_million, judge.output_cost_per_million),
         RegressionSettings(monitoring.alpha, monitoring.min_effect, monitoring.min_samples),
         [d.name for d in monitoring.dimensions],
+        config.sessions.idle_timeout,
     )
 
 

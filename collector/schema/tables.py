@@ -212,6 +212,8 @@ TRACES = Table(
         # The `gen_ai.response.id` of the trace's LLM calls, in span order: feedback and evaluation
         # events that name a response instead of a trace are attached through them.
         ("response_ids", "VARCHAR[]", "", 11),
+        # The end user the trace served (`user.id`, `enduser.id`, ...: semconv's USER_KEYS).
+        ("user_id", "VARCHAR", "", 12),
     ),
 )
 

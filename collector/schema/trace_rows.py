@@ -139,6 +139,7 @@ def trace_tables(
         "expected_documents": [_json(t.expected_documents) for t in traces],
         "expected_answer": [t.expected_answer for t in traces],
         "session_id": [t.session_id for t in traces],
+        "user_id": [t.user_id for t in traces],
         "mapping_error": [t.mapping_error for t in traces],
         "assembled_at": [now_us] * len(traces),
         "assembly_reason": [a.reason for a in assembled],

@@ -255,6 +255,11 @@ class SqlReads(StoreRole):
         query) it is also held to `sql.max_bytes` and `sql.memory_limit`, and its rows come as
         the JSON answer (`QueryResult.body`)."""
 
+    @abstractmethod
+    def define_sessions_view(self, idle_timeout: float) -> None:
+        """Define the `sessions` view again with `idle_timeout` (`sessions.idle_timeout`, seconds):
+        a view cannot read the config, and its `status` depends on it (docs/sessions.md)."""
+
 
 class AlertLog(SqlReads):
     """Monitoring's: alert states, events and their notifications (the webhook exporter delivers

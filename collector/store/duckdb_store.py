@@ -51,7 +51,7 @@ from collector.store.duckdb_rows import (
 )
 from collector.store.health import StoreHealth
 from collector.store.quiet_gate import QuietGate
-from collector.store.schema_sql import first_stored
+from collector.store.schema_sql import first_stored, sessions_view
 from collector.store.sql import QueryResult, run_query
 
 _IDS = "_trace_ids"
@@ -145,6 +145,10 @@ class DuckDBStore(Store):
 
         self._write(body)
         self.dimensions = self._dimension_columns()
+
+    def define_sessions_view(self, idle_timeout: float) -> None:
+        sql = sessions_view(idle_timeout)
+        self._write(lambda con: con.execute(sql), self._monitoring_lock)
 
     def _after_new_dimensions(self, con: duckdb.DuckDBPyConnection, dimensions: Sequence[str]) -> None:
         """What a backend does once dimension columns were added (the lake: its aggregates view)."""

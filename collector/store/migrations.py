@@ -7,6 +7,7 @@ table: define it (every column `since` the new version) and create it with `crea
 Never edit a migration that has shipped (files in the field carry it). The first two are kept as
 the SQL they shipped with. `spans` and `span_events` are views (schema 10): a column of spans is
 added to `received_spans` (`RECEIVED_SPANS`), and the migration then creates `SPANS_VIEW` again.
+`sessions` is a view over `traces` and `scores` (schema 12).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collector.schema.tables import (
 from collector.store.schema_sql import (
     EVERY_RECEIVED_EVENT,
     EVERY_SCORE,
+    SESSIONS_VIEW,
     SPAN_EVENTS_VIEW,
     SPANS_VIEW,
     column_ddl,
@@ -239,6 +241,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
                 SPAN_EVENTS_VIEW,
             )
         ),
+    ),
+    (
+        12,
+        "sessions: the user of each trace, and the sessions view",
+        # The view with the default idle timeout; the store defines it again with the configured
+        # one when it opens (`Store.define_sessions_view`).
+        add_columns(TRACES, "user_id") + "\n" + SESSIONS_VIEW,
     ),
 ]
 

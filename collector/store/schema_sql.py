@@ -1,6 +1,6 @@
 """The SQL that makes the schema of `collector/schema/tables.py`: each table's `CREATE TABLE`, and
 the views users query (`spans` and `span_events`: the first stored copy of each span and event,
-and a write-back event per score)."""
+and a write-back event per score; `sessions`: the traces of each conversation together)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from collector.schema.tables import (
     Column,
     Table,
 )
+from collector.store.reads.predicates import OUR_EVALUATORS
 
 
 def column_ddl(column: Column) -> str:
@@ -127,3 +128,72 @@ FROM {scores};"""
 
 
 SPAN_EVENTS_VIEW = span_events_view()
+
+
+# `sessions.idle_timeout`'s default: a session with no new turn for this long has ended.
+DEFAULT_IDLE_TIMEOUT = 1800.0
+
+
+def sessions_view(idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> str:
+    """`CREATE VIEW sessions`: one row per (session_id, service_name) of the app's own traces that
+    carry a session id (docs/sessions.md). `status` is `ended` once `last_activity` is older than
+    `idle_timeout` seconds: a view cannot read the config, so the store defines it again with the
+    configured value when it opens (`Store.define_sessions_view`)."""
+    return f"CREATE OR REPLACE VIEW sessions AS\n{sessions_select(idle_timeout)};"
+
+
+def sessions_select(idle_timeout: float, candidates: str | None = None) -> str:
+    """The SELECT of the `sessions` view. The turns and their times come from `traces`; the scores
+    from `scores` given by ragpulse's own evaluators. `candidates`: a condition on `traces` rows
+    (SQL, already validated or quoted): only the sessions with such a turn are computed, every turn
+    of theirs counted (the API's reads: a window or one session, without aggregating all)."""
+    if not idle_timeout > 0:
+        raise ValueError("idle_timeout: seconds, more than 0")
+    idle = f"INTERVAL {round(idle_timeout * 1_000_000)} MICROSECOND"
+    narrowed, of_turns = "", ""
+    if candidates is not None:
+        narrowed = (
+            " AND (session_id, service_name) IN (SELECT session_id, service_name FROM traces "
+            f"WHERE session_id IS NOT NULL AND probe IS NULL AND {candidates})"
+        )
+        of_turns = "\n        AND trace_id IN (SELECT trace_id FROM turns)"
+    # Shaped for `store.memory_limit` (128 MB by default) over hundreds of thousands of turns: the
+    # scores are summed per trace and per name apart, each joined to the turns' keys alone, and the
+    # maps are built from unsorted lists (a sorted list aggregate holds every row in memory and ran
+    # out of it on 500,000 turns; bench/sessions.py).
+    return f"""WITH turns AS (
+    SELECT trace_id, session_id, service_name, user_id, start_time,
+        coalesce(end_time, start_time) AS last_at
+    FROM traces WHERE session_id IS NOT NULL AND probe IS NULL{narrowed}
+), applied AS (
+    -- ragpulse's own scores that applied: people's and apps' scores make no turn fail
+    SELECT trace_id, name, value, status FROM scores
+    WHERE evaluator IN {OUR_EVALUATORS} AND status IN ('pass', 'fail'){of_turns}
+), per_trace AS (
+    SELECT trace_id, bool_or(status = 'fail') AS failed, sum(value) AS total, count(value) AS n
+    FROM applied GROUP BY trace_id
+), per_name AS (
+    SELECT t.session_id, t.service_name, a.name, avg(a.value) AS mean,
+        count(*) FILTER (WHERE a.status = 'fail') AS fails
+    FROM (SELECT trace_id, session_id, service_name FROM turns) t JOIN applied a USING (trace_id)
+    GROUP BY ALL
+), names AS (
+    SELECT session_id, service_name,
+        map(list(name), list(mean)) AS score_means, map(list(name), list(fails)) AS score_fails
+    FROM per_name GROUP BY ALL
+), per_session AS (
+    SELECT t.session_id, t.service_name,
+        arg_max(t.user_id, t.start_time) FILTER (WHERE t.user_id IS NOT NULL) AS user_id,
+        count(*) AS turns, min(t.start_time) AS started_at, max(t.last_at) AS last_activity,
+        count(*) FILTER (WHERE p.failed) AS failed_turns, sum(p.total) / nullif(sum(p.n), 0) AS mean_score
+    FROM turns t LEFT JOIN per_trace p USING (trace_id) GROUP BY ALL
+)
+SELECT s.session_id, s.service_name, s.user_id, s.turns, s.started_at, s.last_activity,
+    CASE WHEN s.last_activity < now()::TIMESTAMP - {idle} THEN 'ended' ELSE 'open' END AS status,
+    s.failed_turns, s.mean_score,
+    coalesce(n.score_means, MAP {{}}::MAP(VARCHAR, DOUBLE)) AS score_means,
+    coalesce(n.score_fails, MAP {{}}::MAP(VARCHAR, BIGINT)) AS score_fails
+FROM per_session s LEFT JOIN names n USING (session_id, service_name)"""
+
+
+SESSIONS_VIEW = sessions_view()

@@ -164,8 +164,9 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
     (The write-back events are not inlined: DuckLake 1.5.5 fails to flush rows inlined in a table
     after it was renamed, which only this simulation of the old schema does.)"""
     with lake_store(lake, "r1") as store, store._cursor() as con:
+        con.execute("DROP VIEW sessions")  # schema 12
         for table, column in (
-            ("traces", "probe"), ("traces", "probe_run"), ("scores", "probe"),
+            ("traces", "user_id"), ("traces", "probe"), ("traces", "probe_run"), ("scores", "probe"),
             ("score_aggregate_parts", "probe"), ("alerts", "slice"), ("alert_events", "slice"),
             ("traces", "tool_calls"), ("traces", "tool_errors"), ("traces", "retrieval_rounds"),
             ("traces", "llm_calls"), ("steps", "tool_name"), ("steps", "result_size"),
@@ -210,6 +211,31 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
     assert events == [("retry", "otlp")]
     assert seen == between == [(2,)]
     assert after == [("citation", None, None, 1), ("faithfulness", None, None, 3)]
+
+
+def test_a_lake_of_schema_11_gains_the_user_column_and_the_sessions_view(lake: dict[str, Any]) -> None:
+    """Migration 12 on a lake: `traces.user_id` added (null for the rows before), the `sessions` view
+    made over the rows already there, and defined again with another idle timeout by the store."""
+    with lake_store(lake, "r1") as store, store._cursor() as con:
+        con.execute("DROP VIEW sessions")
+        con.execute("ALTER TABLE traces DROP COLUMN user_id")
+        con.execute("DELETE FROM ragpulse_schema WHERE version >= 12")
+        con.execute(
+            "INSERT INTO traces (trace_id, service_name, session_id, start_time) VALUES "
+            "('t1', 'shop', 's1', now()::TIMESTAMP - INTERVAL 1 HOUR), "
+            "('t2', 'shop', 's1', now()::TIMESTAMP - INTERVAL 10 MINUTE)"
+        )
+    with lake_store(lake, "r1") as store:
+        version = store.query("SELECT max(version) FROM ragpulse_schema", 1, 10).rows
+        users = store.query("SELECT count(*) FROM traces WHERE user_id IS NULL", 1, 10).rows
+        before = store.query("SELECT session_id, turns, status FROM sessions", 10, 10).rows
+        store.define_sessions_view(60)  # ten minutes idle: ended
+        after = store.query("SELECT session_id, turns, status FROM sessions", 10, 10).rows
+    with lake_store(lake, "r2", read_only=True) as reader:
+        seen = reader.query("SELECT status FROM sessions", 10, 10).rows
+    assert version == [(12,)] and users == [(2,)]
+    assert before == [("s1", 2, "open")]  # the default timeout: 30 minutes
+    assert after == [("s1", 2, "ended")] and seen == [("ended",)]
 
 
 def test_claims_give_each_set_of_spans_to_one_replica(lake: dict[str, Any]) -> None:

@@ -219,3 +219,50 @@ def test_a_newer_file_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(StoreError, match="newer than this ragpulse"):
         DuckDBStore(path)
+
+
+def test_a_version_11_file_gains_the_user_column_and_the_sessions_view(tmp_path: Path) -> None:
+    """Migration 12: `traces.user_id` (null for rows stored before), and `sessions` over the rows
+    already there: one row per session and service, its failed turn counted from ragpulse's own
+    failing score only (a person's failing score makes no turn fail)."""
+    path = tmp_path / "v11.duckdb"
+    con = file_at(path, 11)
+    con.execute(
+        "INSERT INTO traces (trace_id, service_name, session_id, start_time, end_time) VALUES "
+        "('t1', 'shop', 's1', TIMESTAMP '2026-12-01 10:00:00', TIMESTAMP '2026-12-01 10:00:02'), "
+        "('t2', 'shop', 's1', TIMESTAMP '2026-12-01 10:01:00', NULL), "
+        "('t3', 'shop', NULL, TIMESTAMP '2026-12-01 10:02:00', NULL)"
+    )
+    con.execute(
+        "INSERT INTO scores (trace_id, span_id, name, value, status, evaluator) VALUES "
+        "('t1', 'a', 'faithfulness', 0.2, 'fail', 'deterministic'), "
+        "('t2', 'a', 'faithfulness', 1.0, 'pass', 'judge'), "
+        "('t2', 'b', 'helpful', 0.0, 'fail', 'human')"
+    )
+    con.close()
+    with DuckDBStore(path) as store:
+        version = store.query("SELECT max(version) FROM ragpulse_schema", 1, 5).rows
+        users = store.query("SELECT trace_id, user_id FROM traces ORDER BY trace_id", 10, 5).rows
+        sessions = store.query(
+            "SELECT session_id, service_name, user_id, turns, started_at, last_activity, status, "
+            "failed_turns, mean_score, score_means, score_fails FROM sessions",
+            10,
+            5,
+        ).rows
+    assert version == [(12,)]
+    assert users == [("t1", None), ("t2", None), ("t3", None)]
+    assert sessions == [
+        (
+            "s1",
+            "shop",
+            None,
+            2,
+            datetime(2026, 12, 1, 10, 0),
+            datetime(2026, 12, 1, 10, 1),  # the last turn has no end: its start
+            "ended",
+            1,
+            pytest.approx(0.6),
+            {"faithfulness": pytest.approx(0.6)},
+            {"faithfulness": 1},
+        )
+    ]

@@ -211,10 +211,17 @@ def test_a_lake_of_schema_9_keeps_its_rows_and_shows_each_span_once(
         con.execute("DROP VIEW spans")
         con.execute("ALTER TABLE received_spans RENAME TO spans")
         con.execute(span_events_view(EVERY_RECEIVED_EVENT))
-        # (and without what schema 11 added)
+        # (and without what schemas 11 and 12 added)
         con.execute("DROP TABLE feedback")
         con.execute("DROP TABLE annotations")
-        for table, column in (("traces", "response_ids"), ("scores", "source"), ("scores", "feedback_id")):
+        con.execute("DROP VIEW sessions")
+        dropped = (
+            ("traces", "response_ids"),
+            ("scores", "source"),
+            ("scores", "feedback_id"),
+            ("traces", "user_id"),
+        )
+        for table, column in dropped:
             con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         con.execute("DELETE FROM ragpulse_schema WHERE version >= 10")
         for name in ("first", "again"):

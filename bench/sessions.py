@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""`GET /api/sessions` on a large store: its p50 over `--sessions` sessions (default 100,000) of
+`--turns` turns each, through a running `ragpulse serve`.
+
+The store is generated here (and kept for re-runs with `--db`), as bench/api.py generates its own:
+traces with session ids and users, spread over the last `--days` days, 3 services, 4 score names per
+trace (a session's turns fail at its own rate, so sessions differ), written through the store's own
+write path. Then `ragpulse serve --db F` starts on it, and each request is timed from the client, as
+the median of `--repeat` runs after one warm-up.
+
+    .venv/bin/python bench/sessions.py                                # 100,000 sessions x 5 turns
+    .venv/bin/python bench/sessions.py --sessions 10000 --db /tmp/sessions-10k.duckdb
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from api import SERVICES, serving  # noqa: E402
+
+from collector.schema.tables import DOCUMENTS, SCORES, STEPS, TRACES  # noqa: E402
+from collector.schema.trace_rows import TraceTables  # noqa: E402
+from collector.schema.windows import utc_now  # noqa: E402
+from collector.store.duckdb_store import DuckDBStore  # noqa: E402
+
+NAMES = ["answer_relevance", "context_relevance", "faithfulness", "retrieval.recall@5"]
+CHUNK = 20_000  # sessions per write
+
+
+def generate(db: Path, sessions: int, turns: int, days: float) -> None:
+    """`sessions` sessions of `turns` turns each, in time order (as they arrive in production)."""
+    rng = random.Random(1)
+    now = utc_now()
+    started = time.perf_counter()
+    with DuckDBStore(db) as store:
+        for offset in range(0, sessions, CHUNK):
+            n = min(CHUNK, sessions - offset)
+            first = days * 86400 * (1 - offset / sessions)
+            width = days * 86400 * n / sessions
+            session_starts = sorted(now - timedelta(seconds=first - rng.random() * width) for _ in range(n))
+            ids, session_ids, users, services, starts, fail_rates = [], [], [], [], [], []
+            for s, at in enumerate(session_starts, offset):
+                fail_rate = rng.choice([0.0, 0.0, 0.05, 0.2, 0.6])
+                for turn in range(turns):
+                    ids.append(f"{s * turns + turn:032x}")
+                    session_ids.append(f"session-{s:08d}")
+                    users.append(f"user-{s % 20_000:05d}")
+                    services.append(SERVICES[s % 3])
+                    starts.append(at + timedelta(seconds=40 * turn))
+                    fail_rates.append(fail_rate)
+            m = len(ids)
+            trace_rows = TRACES.arrow_table(
+                {
+                    "trace_id": ids,
+                    "service_name": services,
+                    "session_id": session_ids,
+                    "user_id": users,
+                    "start_time": starts,
+                    "end_time": [t + timedelta(seconds=1.5) for t in starts],
+                    "duration_ms": [1500.0] * m,
+                    "question": ["And for shoes?"] * m,
+                    "answer": ["You can return shoes within 30 days."] * m,
+                    "status": ["ok"] * m,
+                    "convention": ["openinference"] * m,
+                    "sample_decision": ["deterministic"] * m,
+                },
+                m,
+            )
+            k = m * len(NAMES)
+            values = [
+                0.0 if rng.random() < rate else rng.uniform(0.6, 1.0) for rate in fail_rates for _ in NAMES
+            ]
+            score_rows = SCORES.arrow_table(
+                {
+                    "trace_id": [t for t in ids for _ in NAMES],
+                    "span_id": ["0" * 16] * k,
+                    "name": NAMES * m,
+                    "value": values,
+                    "status": ["pass" if v >= 0.5 else "fail" for v in values],
+                    "service_name": [s for s in services for _ in NAMES],
+                    "bucket": [b.replace(second=0, microsecond=0) for b in starts for _ in NAMES],
+                    "created_at": [b for b in starts for _ in NAMES],
+                    "evaluator": ["deterministic"] * k,
+                    "revision": [1] * k,
+                },
+                k,
+            )
+            empty_steps, empty_docs = (
+                STEPS.arrow_schema().empty_table(),
+                DOCUMENTS.arrow_schema().empty_table(),
+            )
+            store.write_traces(TraceTables(trace_rows, empty_steps, empty_docs, scores=score_rows), [])
+            print(f"  {offset + n:,} sessions written ({time.perf_counter() - started:.0f} s)", flush=True)
+        store.checkpoint()
+
+
+REQUESTS = [
+    ("sessions, 24 h, worst first", "/api/sessions", {"since": "24h"}),
+    ("sessions, 7 d, worst first", "/api/sessions", {"since": "7d"}),
+    (
+        "sessions, 7 d, latest activity, page 10",
+        "/api/sessions",
+        {"since": "7d", "sort": "last_activity", "offset": "450"},
+    ),
+    (
+        "sessions, 7 d, one service, ended",
+        "/api/sessions",
+        {"since": "7d", "service": "shop-bot", "status": "ended"},
+    ),
+    ("sessions, 7 d, one user", "/api/sessions", {"since": "7d", "user": "user-00042"}),
+    ("one session with its turns", "/api/sessions/session-00099999", {}),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--db", type=Path, default=Path("/tmp/ragpulse-sessions-bench.duckdb"))
+    parser.add_argument("--sessions", type=int, default=100_000)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--regenerate", action="store_true")
+    args = parser.parse_args()
+    if args.regenerate or not args.db.exists():
+        args.db.unlink(missing_ok=True)
+        traces = args.sessions * args.turns
+        print(f"generating {args.sessions:,} sessions ({traces:,} traces, {traces * len(NAMES):,} scores)")
+        generate(args.db, args.sessions, args.turns, args.days)
+    with serving(args.db) as url, httpx.Client(base_url=url, timeout=120) as client:
+        for label, path, params in REQUESTS:
+            if path.endswith("session-00099999"):  # the newest session of the default store
+                path = f"/api/sessions/session-{args.sessions - 1:08d}"
+            client.get(path, params=params).raise_for_status()  # warm-up
+            times = []
+            for _ in range(args.repeat):
+                begun = time.perf_counter()
+                response = client.get(path, params=params)
+                times.append(time.perf_counter() - begun)
+                response.raise_for_status()
+            body = response.json()
+            shown = f"total {body['total']:,}" if "total" in body else f"{len(body['turns'])} turns"
+            print(
+                f"{label}: {statistics.median(times) * 1000:.0f} ms p50 of {args.repeat} "
+                f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}; {shown})"
+            )
+
+
+if __name__ == "__main__":
+    main()

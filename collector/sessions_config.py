@@ -1,0 +1,13 @@
+"""The `sessions:` config section (docs/sessions.md)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from collector.config_base import Section
+from collector.store.schema_sql import DEFAULT_IDLE_TIMEOUT
+
+
+class SessionsConfig(Section):
+    # Seconds without a new turn after which a session has ended (`sessions.status`).
+    idle_timeout: float = Field(DEFAULT_IDLE_TIMEOUT, gt=0, allow_inf_nan=False)
