@@ -23,12 +23,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,30 +87,38 @@ def generate(db: Path, traces: int, days: float) -> None:
                 },
                 n,
             )
-            m = n * len(NAMES)
-            values = [rng.choice([1.0, 1.0, 1.0, 0.0, rng.random()]) for _ in range(m)]
-            score_rows = SCORES.arrow_table(
-                {
-                    "trace_id": [t for t in ids for _ in NAMES],
-                    "span_id": ["0" * 16] * m,
-                    "name": NAMES * n,
-                    "value": values,
-                    "status": ["pass" if v >= 0.5 else "fail" for v in values],
-                    "service_name": [s for s in services for _ in NAMES],
-                    "bucket": [b.replace(second=0, microsecond=0) for b in starts for _ in NAMES],
-                    "created_at": [b for b in starts for _ in NAMES],
-                    "evaluator": ["deterministic"] * m,
-                    "revision": [1] * m,
-                },
-                m,
-            )
-            empty_steps, empty_docs = (
-                STEPS.arrow_schema().empty_table(),
-                DOCUMENTS.arrow_schema().empty_table(),
-            )
-            store.write_traces(TraceTables(trace_rows, empty_steps, empty_docs, scores=score_rows), [])
+            values = [rng.choice([1.0, 1.0, 1.0, 0.0, rng.random()]) for _ in range(n * len(NAMES))]
+            write_with_scores(store, trace_rows, NAMES, values)
             print(f"  {offset + n:,} traces written ({time.perf_counter() - started:.0f} s)", flush=True)
         store.checkpoint()
+
+
+def write_with_scores(
+    store: DuckDBStore, trace_rows: pa.Table, names: Sequence[str], values: list[float]
+) -> None:
+    """Write generated `traces` rows through the store's own write path, each with a deterministic
+    score of every name (`values`: trace by trace, names in order; pass from 0.5), on its root."""
+    ids = trace_rows["trace_id"].to_pylist()
+    services = trace_rows["service_name"].to_pylist()
+    starts = trace_rows["start_time"].to_pylist()
+    k = len(ids) * len(names)
+    score_rows = SCORES.arrow_table(
+        {
+            "trace_id": [t for t in ids for _ in names],
+            "span_id": ["0" * 16] * k,
+            "name": list(names) * len(ids),
+            "value": values,
+            "status": ["pass" if v >= 0.5 else "fail" for v in values],
+            "service_name": [s for s in services for _ in names],
+            "bucket": [b.replace(second=0, microsecond=0) for b in starts for _ in names],
+            "created_at": [b for b in starts for _ in names],
+            "evaluator": ["deterministic"] * k,
+            "revision": [1] * k,
+        },
+        k,
+    )
+    empty_steps, empty_docs = STEPS.arrow_schema().empty_table(), DOCUMENTS.arrow_schema().empty_table()
+    store.write_traces(TraceTables(trace_rows, empty_steps, empty_docs, scores=score_rows), [])
 
 
 REQUESTS = [

@@ -28,10 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from api import SERVICES, serving  # noqa: E402
+from api import SERVICES, serving, write_with_scores  # noqa: E402
 
-from collector.schema.tables import DOCUMENTS, SCORES, STEPS, TRACES  # noqa: E402
-from collector.schema.trace_rows import TraceTables  # noqa: E402
+from collector.schema.tables import TRACES  # noqa: E402
 from collector.schema.windows import utc_now  # noqa: E402
 from collector.store.duckdb_store import DuckDBStore  # noqa: E402
 
@@ -78,30 +77,10 @@ def generate(db: Path, sessions: int, turns: int, days: float) -> None:
                 },
                 m,
             )
-            k = m * len(NAMES)
             values = [
                 0.0 if rng.random() < rate else rng.uniform(0.6, 1.0) for rate in fail_rates for _ in NAMES
             ]
-            score_rows = SCORES.arrow_table(
-                {
-                    "trace_id": [t for t in ids for _ in NAMES],
-                    "span_id": ["0" * 16] * k,
-                    "name": NAMES * m,
-                    "value": values,
-                    "status": ["pass" if v >= 0.5 else "fail" for v in values],
-                    "service_name": [s for s in services for _ in NAMES],
-                    "bucket": [b.replace(second=0, microsecond=0) for b in starts for _ in NAMES],
-                    "created_at": [b for b in starts for _ in NAMES],
-                    "evaluator": ["deterministic"] * k,
-                    "revision": [1] * k,
-                },
-                k,
-            )
-            empty_steps, empty_docs = (
-                STEPS.arrow_schema().empty_table(),
-                DOCUMENTS.arrow_schema().empty_table(),
-            )
-            store.write_traces(TraceTables(trace_rows, empty_steps, empty_docs, scores=score_rows), [])
+            write_with_scores(store, trace_rows, NAMES, values)
             print(f"  {offset + n:,} sessions written ({time.perf_counter() - started:.0f} s)", flush=True)
         store.checkpoint()
 
