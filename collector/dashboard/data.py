@@ -135,11 +135,8 @@ class DashboardData:
         """One page of traces, filtered and sorted, with the number the filters match."""
         f = trace_filter(params, self._dimensions)
         traces = self._rows(reads.trace_page_sql(f))
-        if f.filters_scores and traces:
-            total = traces[0]["total"]
-            for trace in traces:
-                del trace["total"]
-        else:  # cheap without a filter on scores, and the only way past the last page
+        total = _counted(traces) if f.filters_scores else None
+        if total is None:  # cheap without a filter on scores, and the only way past the last page
             total = self._rows(reads.trace_count_sql(f))[0]["total"]
         return {
             "window": f.window.describe(),
@@ -176,11 +173,8 @@ class DashboardData:
         filters match."""
         f = session_filter(params, self._idle_timeout)
         sessions = self._rows(session_reads.session_page_sql(f))
-        if sessions:
-            total = sessions[0]["total"]
-            for session in sessions:
-                del session["total"]
-        else:  # past the last page, or none: counted apart
+        total = _counted(sessions)
+        if total is None:  # past the last page, or none: counted apart
             total = self._rows(session_reads.session_count_sql(f))[0]["total"]
         return {
             "window": f.window.describe(),
@@ -348,6 +342,17 @@ def trace_filter(params: Params, dimensions: Sequence[str] = ()) -> TraceFilter:
         limit=_integer(params, "limit", 50, 1, MAX_PAGE),
         offset=_integer(params, "offset", 0, 0, 10**9),
     )
+
+
+def _counted(page: list[dict[str, Any]]) -> int | None:
+    """The `total` a page's query counted on each of its rows (taken off them); None on an empty
+    page, which has no row to carry it."""
+    if not page:
+        return None
+    total = int(page[0]["total"])
+    for row in page:
+        del row["total"]
+    return total
 
 
 def session_filter(params: Params, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> SessionFilter:

@@ -22,6 +22,7 @@ import pyarrow as pa
 from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.schema.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY
 from collector.schema.trace_rows import OTHER, TraceTables
+from collector.store import duckdb_judging as judging
 from collector.store import duckdb_outbox as outbox
 from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError
 from collector.store.config import StoreConfig
@@ -386,56 +387,24 @@ class DuckDBStore(Store):
     # ---------------------------------------------------------------- judge work
 
     def pending_judge_work(self, limit: int, exclude: Iterable[str] = ()) -> pa.Table:
-        with self._cursor() as con, registered(con, _IDS, ids_table(exclude)):
-            return con.execute(
-                "SELECT trace_id, assembly_count, sample_reason, expected_answer, "
-                "CAST(expected_documents AS VARCHAR) AS expected_documents "
-                "FROM traces t WHERE judge_status = 'pending' AND replica IS NOT DISTINCT FROM ? "
-                f"AND NOT EXISTS (SELECT 1 FROM {_IDS} i WHERE i.trace_id = t.trace_id) "
-                "ORDER BY assembled_at LIMIT ?",
-                [self.replica, limit],
-            ).to_arrow_table()
+        with self._cursor() as con:
+            return judging.pending_judge_work(con, self.replica, limit, exclude)
 
     def write_judge_scores(self, revisions: pa.Table, scores: pa.Table, outbox: pa.Table) -> int:
         def body(con: duckdb.DuckDBPyConnection) -> int:
-            with registered(con, "_revisions", revisions):
-                current = con.execute(
-                    "SELECT r.trace_id FROM _revisions r JOIN traces t ON t.trace_id = r.trace_id "
-                    "AND t.assembly_count = r.revision AND t.judge_status = 'pending'"
-                ).to_arrow_table()
-            if not current.num_rows:
+            keep = judging.current_revisions(con, revisions)
+            if not len(keep):
                 return 0
-            keep = pa.array(current["trace_id"].to_pylist(), pa.string())
-            rows = [rows_of(table, keep) for table in (scores, outbox)]
-            with registered(con, _IDS, pa.table({"trace_id": keep})):
-                slices = con.execute(
-                    f"SELECT trace_id, {quoted(('probe', *self.dimensions))} FROM traces "
-                    f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
-                ).to_arrow_table()
-            insert_rows(con, "evaluation_outbox", self._stamp(rows[1]))
-            self._insert_scores(con, rows[0], None, slices)
-            with registered(con, _IDS, pa.table({"trace_id": keep})):
-                con.execute(
-                    "UPDATE traces SET judge_status = 'done', scored_at = now()::TIMESTAMP "
-                    f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
-                )
-            return current.num_rows
+            slices = judging.slices_of(con, keep, self.dimensions)
+            insert_rows(con, "evaluation_outbox", self._stamp(rows_of(outbox, keep)))
+            self._insert_scores(con, rows_of(scores, keep), None, slices)
+            judging.mark_judged(con, keep)
+            return len(keep)
 
         return self._write(body)
 
     def skip_judge_work(self, trace_ids: Sequence[str], reason: str) -> None:
-        ids = ids_table(trace_ids)
-
-        def body(con: duckdb.DuckDBPyConnection) -> None:
-            with registered(con, _IDS, ids):
-                con.execute(
-                    "UPDATE traces SET judge_status = ?, sample_decision = 'deterministic', "
-                    "sample_reason = ? "
-                    f"WHERE judge_status = 'pending' AND trace_id IN (SELECT trace_id FROM {_IDS})",
-                    [reason, reason],
-                )
-
-        self._write(body)
+        self._write(lambda con: judging.skip_judge_work(con, trace_ids, reason))
 
     # ---------------------------------------------------------------- evaluation outbox
 
