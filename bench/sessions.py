@@ -5,11 +5,13 @@
 The store is generated here (and kept for re-runs with `--db`), as bench/api.py generates its own:
 traces with session ids and users, spread over the last `--days` days, 3 services, 4 score names per
 trace (a session's turns fail at its own rate, so sessions differ), written through the store's own
-write path. Then `ragpulse serve --db F` starts on it, and each request is timed from the client, as
+write path, each chunk's sessions then computed as the sessions refresher does (the time it takes is
+printed). Then `ragpulse serve --db F` starts on it, and each request is timed from the client, as
 the median of `--repeat` runs after one warm-up.
 
     .venv/bin/python bench/sessions.py                                # 100,000 sessions x 5 turns
     .venv/bin/python bench/sessions.py --sessions 10000 --db /tmp/sessions-10k.duckdb
+    .venv/bin/python bench/sessions.py --refresh 100,1000,10000      # and the refresher's rounds
 """
 
 from __future__ import annotations
@@ -81,8 +83,36 @@ def generate(db: Path, sessions: int, turns: int, days: float) -> None:
                 0.0 if rng.random() < rate else rng.uniform(0.6, 1.0) for rate in fail_rates for _ in NAMES
             ]
             write_with_scores(store, trace_rows, NAMES, values)
-            print(f"  {offset + n:,} sessions written ({time.perf_counter() - started:.0f} s)", flush=True)
+            # What the sessions refresher does after these writes (in `serve`, every refresh_interval).
+            begun = time.perf_counter()
+            computed = store.refresh_sessions()
+            print(
+                f"  {offset + n:,} sessions written ({time.perf_counter() - started:.0f} s); "
+                f"{computed:,} computed again in {time.perf_counter() - begun:.2f} s",
+                flush=True,
+            )
         store.checkpoint()
+
+
+def time_refresh(db: Path, counts: list[int], repeat: int) -> None:
+    """The sessions refresher's round for `counts` sessions touched (random ones of the store): what
+    a round costs when that many sessions had a new turn or score since the last."""
+    rng = random.Random(2)
+    with DuckDBStore(db) as store:
+        keys = store.query("SELECT session_id, service_name FROM session_rollups", 10**7, 600).rows
+        for count in counts:
+            times = []
+            for _ in range(repeat):
+                store._touched.add(rng.sample(keys, count))  # as the writes would have noted them
+                begun = time.perf_counter()
+                computed = store.refresh_sessions()
+                times.append(time.perf_counter() - begun)
+                assert computed == count, (computed, count)
+            print(
+                f"refresh of {count:,} sessions: {statistics.median(times) * 1000:.0f} ms p50 of {repeat} "
+                f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})",
+                flush=True,
+            )
 
 
 REQUESTS = [
@@ -111,12 +141,17 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--regenerate", action="store_true")
+    parser.add_argument(
+        "--refresh", default="", help="comma-separated session counts: time the refresher's round for each"
+    )
     args = parser.parse_args()
     if args.regenerate or not args.db.exists():
         args.db.unlink(missing_ok=True)
         traces = args.sessions * args.turns
         print(f"generating {args.sessions:,} sessions ({traces:,} traces, {traces * len(NAMES):,} scores)")
         generate(args.db, args.sessions, args.turns, args.days)
+    if args.refresh:
+        time_refresh(args.db, [int(c) for c in args.refresh.split(",")], args.repeat)
     with serving(args.db) as url, httpx.Client(base_url=url, timeout=120) as client:
         for label, path, params in REQUESTS:
             if path.endswith("session-00099999"):  # the newest session of the default store

@@ -46,6 +46,7 @@ from collector.processors.spill import SpillDirectory, spill_directory
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.server_file import server_file
+from collector.sessions.refresher import SessionRefresher
 from collector.store import Store, StoreError, open_store
 from collector.store.health import StoreProbe, store_error_reason
 from collector.store.maintenance import StoreMaintainer
@@ -195,6 +196,12 @@ def monitoring(parts: Parts) -> list[Component]:
         )
         components += [JudgeClients(judge), parts.canary_runner]
     return components
+
+
+def sessions(parts: Parts) -> list[Component]:
+    """`sessions:`: the refresher of `sessions`' rows, started before the stages that write turns
+    and scores and stopped after them (its last round takes their last writes)."""
+    return [SessionRefresher(parts.the_store, parts.config.sessions.refresh_interval)]
 
 
 def scoring(parts: Parts) -> list[Component]:
@@ -373,6 +380,7 @@ def _write_sidecar(parts: Parts) -> None:
 BUILDERS: tuple[Builder, ...] = (
     store,
     monitoring,
+    sessions,
     scoring,
     assembler,
     exporters,

@@ -7,6 +7,8 @@ gates of `ragpulse check`.
     rp.sql("SELECT name, avg(value) FROM scores GROUP BY name").to_pandas()
     rp.traces(failing="faithfulness", since="1h")["traces"]
     rp.trace("4bf92f3577b34da6a3ce929d0e0e4736")["scores"]
+    rp.sessions(since="7d", status="ended")["sessions"]              # worst first
+    rp.session("chat-42")["turns"]
     rp.check(min={"faithfulness": 0.8}, since="1h")["status"]     # pass | fail | insufficient
 
 SQL results travel as Arrow IPC (`Accept: application/vnd.apache.arrow.stream` on `/api/sql`), in
@@ -17,6 +19,7 @@ answers of `traces`, `trace` and `check` are those of the MCP tools `list_traces
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 
@@ -67,6 +70,20 @@ class Client:
         """One trace: question, answer, steps, documents, every score with its items (failing
         first) and its judge's provenance."""
         return self._tools.get_trace(trace_id).content
+
+    def sessions(self, **filters: Any) -> dict[str, Any]:
+        """One page of sessions, worst first: `since`, `until`, `service`, `status`, `user`, `sort`,
+        `order`, `limit`, `offset` (those of `GET /api/sessions`)."""
+        params = {name: str(value) for name, value in filters.items() if value is not None}
+        answer: dict[str, Any] = self._api.get("/api/sessions", params)
+        return answer
+
+    def session(self, session_id: str, service: str | None = None) -> dict[str, Any]:
+        """One session's figures and its turns in order, each with its scores (`service`: when
+        the id exists under several)."""
+        path = f"/api/sessions/{quote(session_id, safe='')}"
+        answer: dict[str, Any] = self._api.get(path, {} if service is None else {"service": service})
+        return answer
 
     def check(
         self,

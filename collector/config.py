@@ -31,7 +31,7 @@ from collector.processors.config import (
 )
 from collector.receivers.config import ReceiversConfig
 from collector.receivers.tls import TlsConfig
-from collector.sessions_config import SessionsConfig
+from collector.sessions.config import SessionsConfig
 from collector.store.config import StoreConfig
 from collector.store.sql import SqlConfig
 from evaluators.embeddings import EmbeddingSettings

@@ -38,7 +38,7 @@ from xml.etree import ElementTree
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from semconv.models import Document, RagTrace, Step
+from semconv.models import ConversationTurn, Document, RagTrace, Step
 
 from .embeddings import Embed
 from .parallel import map_in_order
@@ -54,6 +54,15 @@ REGRESSION_TOLERANCE = 1e-9
 
 class SuiteError(ValueError):
     """A suite file that cannot be read; the message names the file and the key."""
+
+
+class SuiteTurn(BaseModel):
+    """An earlier turn of a case's conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str | None = None
+    answer: str | None = None
 
 
 class SuiteContext(BaseModel):
@@ -88,6 +97,8 @@ class SuiteCase(BaseModel):
     expected: str | None = None
     expected_documents: list[str] | None = None
     answer: str | None = None
+    # A chat turn's earlier turns, oldest first ({question, answer} each): judged with them.
+    conversation: list[SuiteTurn] | None = None
     # A captured OTLP file (path relative to the suite file) holding the trace to score instead.
     trace: str | None = None
     trace_id: str | None = None
@@ -187,6 +198,9 @@ def case_trace(case: SuiteCase, answer: str | None = None) -> RagTrace:
         case_id=case.name,
         expected_documents=case.expected_documents,
         expected_answer=case.expected,
+        conversation=[
+            ConversationTurn(question=t.question, answer=t.answer) for t in case.conversation or []
+        ],
     )
 
 

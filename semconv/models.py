@@ -97,6 +97,13 @@ class Step(BaseModel):
     result_size: int | None = Field(None, description="characters of the tool's result as recorded")
 
 
+class ConversationTurn(BaseModel):
+    """An earlier turn of a trace's conversation (its session), as a judge is shown it."""
+
+    question: str | None = None
+    answer: str | None = None
+
+
 class RagTrace(BaseModel):
     """One assembled request: question, answer, steps with documents, and what it was read with."""
 
@@ -126,6 +133,11 @@ class RagTrace(BaseModel):
     retrieval_rounds: int = Field(0, description="retrieval steps")
     llm_calls: int = Field(0, description="LLM steps")
     mapping_error: str | None = Field(None, description="set when a mapper bug cut the mapping short")
+    conversation: list[ConversationTurn] = Field(
+        default_factory=list,
+        description="the earlier turns of its session, oldest first: set by whoever judges the trace "
+        "(the judge stage, a case's `conversation`), never by the mapping",
+    )
 
     def steps_of(self, *kinds: str) -> list[Step]:
         return [s for s in self.steps if s.kind in kinds]

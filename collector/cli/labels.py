@@ -38,7 +38,12 @@ def read_labelled(
         try:
             labels = read_labels(run, max_rows, window, service, name, redactor)
             traces = read_traces(
-                run, max_rows, {label.trace_id for label in labels}, config.mapping.options(), redactor
+                run,
+                max_rows,
+                {label.trace_id for label in labels},
+                config.mapping.options(),
+                redactor,
+                config.scoring.conversation_turns,
             )
         except LabelReadError as exc:
             raise StoreError(str(exc)) from None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from evaluators.calibration import CalibrationCase, CalibrationSet
-from evaluators.suite import SuiteContext
+from evaluators.suite import SuiteContext, SuiteTurn
 from semconv.models import RagTrace
 
 Verdict = Literal["pass", "fail"]
@@ -178,6 +178,8 @@ def calibration_set(
                 expected=trace.expected_answer,
                 expected_documents=trace.expected_documents,
                 answer=trace.answer,
+                conversation=[SuiteTurn(question=t.question, answer=t.answer) for t in trace.conversation]
+                or None,
                 verdicts={verdict.name: verdict.verdict for verdict in verdicts},
                 tags=[HUMAN_LABEL_TAG, *queues],
             )

@@ -20,6 +20,7 @@ from collector.processors.judge_input import judge_trace
 from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS, records_by_trace, span_records
 from collector.schema.windows import Window
 from collector.store.reads import SqlRunner
+from collector.store.reads.conversation import earlier_turns_sql, turns_by_trace
 from collector.store.reads.labels import (
     LABEL_KEY,
     SPAN_TIME_COLUMNS,
@@ -82,13 +83,16 @@ def read_traces(
     trace_ids: Iterable[str],
     mapping: MappingOptions = DEFAULT_OPTIONS,
     redactor: Redactor | None = None,
+    conversation_turns: int = 0,
 ) -> dict[str, RagTrace]:
-    """The stored traces of `trace_ids` as the judge sees them, by id; a trace no longer stored
-    (deleted by retention) is absent."""
+    """The stored traces of `trace_ids` as the judge sees them, by id, each with the last
+    `conversation_turns` turns of its session before it; a trace no longer stored (deleted by
+    retention) is absent."""
     wanted = sorted(set(trace_ids))
     traces: dict[str, RagTrace] = {}
     for start in range(0, len(wanted), TRACE_BATCH):
-        traces.update(_read_batch(run, max_rows, wanted[start : start + TRACE_BATCH], mapping, redactor))
+        batch = wanted[start : start + TRACE_BATCH]
+        traces.update(_read_batch(run, max_rows, batch, mapping, redactor, conversation_turns))
     return traces
 
 
@@ -98,6 +102,7 @@ def _read_batch(
     trace_ids: Sequence[str],
     mapping: MappingOptions,
     redactor: Redactor | None,
+    conversation_turns: int,
 ) -> dict[str, RagTrace]:
     spans, spans_cut = run(spans_sql(trace_ids), max_rows)
     events, events_cut = run(events_sql(trace_ids), max_rows) if spans else ([], False)
@@ -109,19 +114,28 @@ def _read_batch(
             )
         half = len(trace_ids) // 2
         return {
-            **_read_batch(run, max_rows, trace_ids[:half], mapping, redactor),
-            **_read_batch(run, max_rows, trace_ids[half:], mapping, redactor),
+            **_read_batch(run, max_rows, trace_ids[:half], mapping, redactor, conversation_turns),
+            **_read_batch(run, max_rows, trace_ids[half:], mapping, redactor, conversation_turns),
         }
     if not spans:
         return {}
     expectations = {row["trace_id"]: row for row in run(expectations_sql(trace_ids), max_rows)[0]}
+    earlier: dict[str, list[tuple[str | None, str | None]]] = {}
+    if conversation_turns > 0:
+        rows = run(earlier_turns_sql(trace_ids, conversation_turns), max_rows)[0]
+        earlier = turns_by_trace([(r["trace_id"], r["question"], r["answer"]) for r in rows])
     traces = {}
     for trace_id, records in records_by_trace(
         span_records(_spans_table(spans), _events_table(events))
     ).items():
         row = expectations.get(trace_id, {})
         traces[trace_id] = judge_trace(
-            records, row.get("expected_answer"), row.get("expected_documents"), mapping, redactor
+            records,
+            row.get("expected_answer"),
+            row.get("expected_documents"),
+            mapping,
+            redactor,
+            earlier.get(trace_id, ()),
         )
     return traces
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.config import Config
-from collector.dashboard.data import BadParameter, dashboard_data, scope_of, window_of
+from collector.dashboard.data import BadParameter, UnknownSession, dashboard_data, scope_of, window_of
 from collector.monitoring.check import CheckRequest, outcome_json, run_check
 from collector.monitoring.gates import Gate, GateKind
 from collector.monitoring.regression import Baseline, RegressionSettings
@@ -110,6 +110,32 @@ class Tools:
         text = f"trace {trace['trace_id']}: {len(scores)} score(s)"
         text += f", failing: {', '.join(failing)}" if failing else ", none failing"
         return Answer(content, text)
+
+    # ------------------------------------------------------------------ sessions
+
+    def list_sessions(self, filters: Mapping[str, Any]) -> Answer:
+        """One page of sessions, with the filters of `GET /api/sessions` (worst first by default)."""
+        page = _parameters(self._data.sessions, filters)
+        shown, total = len(page["sessions"]), page["total"]
+        window = page["window"]
+        text = f"{shown} of {total} session(s) active from {window['start']} to {window['end']} UTC"
+        failing = [s["session_id"] for s in page["sessions"] if s["failed_turns"]]
+        if failing:
+            text += f"; with failed turns: {', '.join(failing[:5])}" + (" ..." if len(failing) > 5 else "")
+        return Answer(page, text)
+
+    def get_session(self, session_id: str, service: str | None) -> Answer:
+        """One session: its figures and its turns in order, each with its question, answer and scores."""
+        try:
+            found = _parameters(lambda p: self._data.session(session_id, p), {"service": service})
+        except UnknownSession as exc:
+            raise BadArgument(f"session_id: {exc}") from None
+        session, turns = found["session"], found["turns"]
+        failed = [t["turn"] for t in turns if any(s["ours"] and s["status"] == "fail" for s in t["scores"])]
+        text = f"session {session['session_id']} ({session['service_name']}, {session['status']})"
+        text += f": {len(turns)} turn(s)"
+        text += f", failed: {', '.join(map(str, failed))}" if failed else ", none failed"
+        return Answer(found, text)
 
     # ------------------------------------------------------------------ monitoring
 

@@ -111,6 +111,9 @@ class ScoringConfig(Section):
     judge_queue: int = Field(64, gt=0)
     # How often the judge stage looks for pending traces and stores finished ones.
     judge_poll_interval: float = Field(0.5, gt=0, le=10)
+    # The earlier turns of its session a chat turn is judged with (relevance and correctness), the
+    # latest first kept; 0: each turn alone (docs/sessions.md, "Multi-turn judging").
+    conversation_turns: int = Field(3, ge=0, le=20)
 
 
 Preset = Literal["email", "phone", "credit_card", "iban", "ip_address", "api_key"]

@@ -177,11 +177,18 @@ class JudgeStage(Component):
         assembler stored (their own, or their golden case's)."""
         rows = {row["trace_id"]: row for row in pending.to_pylist()}
         spans, events = self._store.read_spans(rows)
+        # A chat turn is judged with the turns of its session before it (`scoring.conversation_turns`).
+        earlier = self._store.earlier_turns(list(rows), self._config.conversation_turns)
         works = []
         for trace_id, records in records_by_trace(span_records(spans, events)).items():
             row = rows[trace_id]
             trace = judge_trace(
-                records, row["expected_answer"], row["expected_documents"], self._mapping, self._redactor
+                records,
+                row["expected_answer"],
+                row["expected_documents"],
+                self._mapping,
+                self._redactor,
+                earlier.get(trace_id, ()),
             )
             received = max((r.end_us or 0 for r in records), default=None)
             n = len(self._evaluators)

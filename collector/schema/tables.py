@@ -43,6 +43,8 @@ _ARROW_TYPES: dict[str, Any] = {
     "BOOLEAN": lambda unit: pa.bool_(),
     "TIMESTAMP": lambda unit: pa.timestamp(unit),
     "VARCHAR[]": lambda unit: pa.list_(pa.string()),
+    "MAP(VARCHAR, DOUBLE)": lambda unit: pa.map_(pa.string(), pa.float64()),
+    "MAP(VARCHAR, BIGINT)": lambda unit: pa.map_(pa.string(), pa.int64()),
 }
 
 
@@ -509,6 +511,26 @@ ANNOTATIONS = Table(
     ),
 )
 
+# A conversation's figures (`sessions`, the view users query, adds its status): one row per session
+# id and service, computed again from `traces` and `scores` shortly after a write touches one of its
+# turns (the sessions refresher), so a list of sessions is read, not aggregated, per request.
+SESSION_ROLLUPS = Table(
+    "session_rollups",
+    _columns(
+        ("session_id", "VARCHAR", "", 13),
+        ("service_name", "VARCHAR", "", 13),
+        ("user_id", "VARCHAR", "", 13),  # the user of its latest turn that names one
+        ("turns", "BIGINT", "", 13),
+        ("started_at", "TIMESTAMP", "", 13),
+        ("last_activity", "TIMESTAMP", "", 13),
+        ("failed_turns", "BIGINT", "", 13),  # turns with a failed score of ragpulse's evaluators
+        ("mean_score", "DOUBLE", "", 13),
+        ("score_means", "MAP(VARCHAR, DOUBLE)", "", 13),
+        ("score_fails", "MAP(VARCHAR, BIGINT)", "", 13),
+        ("refreshed_at", "TIMESTAMP", "", 13),
+    ),
+)
+
 # The tables of the latest schema (`spans` and `span_events` are views over them).
 ALL_TABLES: tuple[Table, ...] = (
     RECEIVED_SPANS,
@@ -527,6 +549,7 @@ ALL_TABLES: tuple[Table, ...] = (
     PROBE_RUNS,
     FEEDBACK,
     ANNOTATIONS,
+    SESSION_ROLLUPS,
 )
 
 # What one row of each table users query is (`spans` and `span_events` are views over the received
@@ -550,5 +573,6 @@ MEANINGS: dict[str, str] = {
     "probe_runs": "a probe run: its cases, the traces they made and their summary",
     "feedback": "a score given from outside (user feedback, an app's evaluation event), as received",
     "annotations": "a person's pass/fail verdict on a score ragpulse gave, with a copy of that score",
+    "session_rollups": "a session's figures as last computed (the `sessions` view adds its status)",
     "ragpulse_schema": "an applied schema migration",
 }

@@ -213,6 +213,13 @@ class JudgeQueue(SpanReads):
         expected_documents` (JSON text)."""
 
     @abstractmethod
+    def earlier_turns(
+        self, trace_ids: Sequence[str], turns: int
+    ) -> dict[str, list[tuple[str | None, str | None]]]:
+        """For each of these traces with a session id: the (question, answer) of the last `turns`
+        turns of its session before it, oldest first (`store/reads/conversation.py`)."""
+
+    @abstractmethod
     def write_judge_scores(self, revisions: pa.Table, scores: pa.Table, outbox: pa.Table) -> int:
         """Store the judge's scores of traces (`revisions`: `trace_id, revision`) in one transaction,
         and mark them `done`; a trace re-assembled since (another revision) or no longer pending is
@@ -259,6 +266,18 @@ class SqlReads(StoreRole):
     def define_sessions_view(self, idle_timeout: float) -> None:
         """Define the `sessions` view again with `idle_timeout` (`sessions.idle_timeout`, seconds):
         a view cannot read the config, and its `status` depends on it (docs/sessions.md)."""
+
+
+class SessionRollups(StoreRole):
+    """The sessions refresher's: the rows of `sessions` kept current as turns and scores change."""
+
+    @abstractmethod
+    def refresh_sessions(self, catch_up: float | None = None) -> int:
+        """Compute again, in one transaction, the `session_rollups` rows of the sessions whose turns
+        were stored, re-assembled, scored or deleted here since the last refresh; with `catch_up`
+        (seconds), also those with a turn assembled or scored since that long before the last
+        refresh recorded (at start: what a process that stopped before its refresh left). Returns
+        how many sessions were computed."""
 
 
 class AlertLog(SqlReads):
@@ -361,6 +380,7 @@ class Store(
     ProbeRuns,
     ApiStore,
     FeedbackBook,
+    SessionRollups,
     Housekeeping,
 ):
     """What ragpulse stores and reads back: every interface above, implemented by one backend

@@ -9,6 +9,7 @@ import duckdb
 import pyarrow as pa
 
 from collector.store.duckdb_rows import ids_table, quoted, registered
+from collector.store.reads.conversation import earlier_turns_sql, turns_by_trace
 
 _IDS = "_judged_ids"
 
@@ -65,3 +66,12 @@ def skip_judge_work(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], re
             f"WHERE judge_status = 'pending' AND trace_id IN (SELECT trace_id FROM {_IDS})",
             [reason, reason],
         )
+
+
+def earlier_turns(
+    con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], turns: int
+) -> dict[str, list[tuple[str | None, str | None]]]:
+    """The conversation before each of these traces: its session's last `turns` turns before it."""
+    if not trace_ids or turns < 1:
+        return {}
+    return turns_by_trace(con.execute(earlier_turns_sql(trace_ids, turns)).fetchall())

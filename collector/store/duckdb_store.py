@@ -22,8 +22,10 @@ import pyarrow as pa
 from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.schema.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY
 from collector.schema.trace_rows import OTHER, TraceTables
+from collector.store import duckdb_alerts as alerts
 from collector.store import duckdb_judging as judging
 from collector.store import duckdb_outbox as outbox
+from collector.store import duckdb_sessions as sessions
 from collector.store.base import DeletedRows, ReadOnlyStore, StorageSize, Store, StoreError
 from collector.store.config import StoreConfig
 from collector.store.disk import file_identity, probe_directory, probe_log
@@ -93,6 +95,8 @@ class DuckDBStore(Store):
         self.dimensions: tuple[str, ...] = ()
         self._feedback_stored = False
         self._feedback_writes = 0  # since the last checkpoint they asked for (see write_feedback)
+        # Sessions whose turns a committed write changed: `refresh_sessions` computes them again.
+        self._touched = sessions.TouchedSessions()
         self._write_lock = threading.Lock()
         # Everything but span appends: assembled rows, scores and their aggregates, the outbox.
         # Their transactions update shared rows (score_aggregates), so they take turns instead
@@ -100,6 +104,8 @@ class DuckDBStore(Store):
         self._derived_lock = threading.Lock()
         # Alerts, notifications, canary runs and cases: rows of their own, no lock shared with the above.
         self._monitoring_lock = threading.Lock()
+        # The sessions refresher's rows (`session_rollups`): written by it alone.
+        self._sessions_lock = threading.Lock()
         # Every cursor's transaction, so that a checkpoint can run with none open (see checkpoint).
         self._transactions = QuietGate()
         if read_only:
@@ -321,14 +327,17 @@ class DuckDBStore(Store):
         return [r[0] for r in rows]
 
     def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
-        self._write(lambda con: self._write_traces(con, tables, replace))
+        self._touched.add(self._write(lambda con: self._write_traces(con, tables, replace)))
 
     def _write_traces(
         self, con: duckdb.DuckDBPyConnection, tables: TraceTables, replace: Sequence[str]
-    ) -> None:
+    ) -> set[sessions.SessionKey]:
+        """Store the rows in the caller's transaction; returns the sessions of the turns they changed."""
         affected = None
+        touched = sessions.keys_of_rows(tables.traces)
         if replace:
             with registered(con, _IDS, ids_table(replace)):
+                touched |= sessions.keys_of_traces(con, _IDS)  # a late span may change the session
                 affected = con.execute(
                     f"SELECT DISTINCT {quoted(self.aggregate_key)} FROM scores "
                     f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
@@ -351,6 +360,7 @@ class DuckDBStore(Store):
             if feedback is not None:
                 scores = feedback if scores is None else pa.concat_tables([scores, feedback])
         self._insert_scores(con, scores, affected, slices)
+        return touched
 
     def _insert_scores(
         self,
@@ -390,18 +400,27 @@ class DuckDBStore(Store):
         with self._cursor() as con:
             return judging.pending_judge_work(con, self.replica, limit, exclude)
 
+    def earlier_turns(
+        self, trace_ids: Sequence[str], turns: int
+    ) -> dict[str, list[tuple[str | None, str | None]]]:
+        with self._cursor() as con:
+            return judging.earlier_turns(con, trace_ids, turns)
+
     def write_judge_scores(self, revisions: pa.Table, scores: pa.Table, outbox: pa.Table) -> int:
-        def body(con: duckdb.DuckDBPyConnection) -> int:
+        def body(con: duckdb.DuckDBPyConnection) -> tuple[int, set[sessions.SessionKey]]:
             keep = judging.current_revisions(con, revisions)
             if not len(keep):
-                return 0
+                return 0, set()
             slices = judging.slices_of(con, keep, self.dimensions)
             insert_rows(con, "evaluation_outbox", self._stamp(rows_of(outbox, keep)))
             self._insert_scores(con, rows_of(scores, keep), None, slices)
             judging.mark_judged(con, keep)
-            return len(keep)
+            with registered(con, _IDS, ids_table(keep.to_pylist())):
+                return len(keep), sessions.keys_of_traces(con, _IDS)
 
-        return self._write(body)
+        stored, touched = self._write(body)
+        self._touched.add(touched)
+        return stored
 
     def skip_judge_work(self, trace_ids: Sequence[str], reason: str) -> None:
         self._write(lambda con: judging.skip_judge_work(con, trace_ids, reason))
@@ -429,26 +448,13 @@ class DuckDBStore(Store):
             return con.execute("SELECT * FROM alerts ORDER BY alert, service_name, slice").to_arrow_table()
 
     def write_alerts(self, states: pa.Table, events: pa.Table, notifications: pa.Table) -> None:
-        def body(con: duckdb.DuckDBPyConnection) -> None:
-            if states.num_rows:
-                with registered(con, "_states", states):
-                    con.execute(
-                        "DELETE FROM alerts a WHERE EXISTS (SELECT 1 FROM _states s WHERE s.alert = a.alert "
-                        "AND s.service_name IS NOT DISTINCT FROM a.service_name "
-                        "AND s.slice IS NOT DISTINCT FROM a.slice)"
-                    )
-            insert_rows(con, "alerts", states)
-            insert_rows(con, "alert_events", events)
-            insert_rows(con, "alert_notifications", notifications)
-
-        self._write(body, self._monitoring_lock)
+        self._write(
+            lambda con: alerts.write_alerts(con, states, events, notifications), self._monitoring_lock
+        )
 
     def pending_notifications(self) -> pa.Table:
         with self._cursor() as con:
-            return con.execute(
-                "SELECT * FROM alert_notifications WHERE delivered_at IS NULL "
-                "ORDER BY webhook, created_at, event_id"
-            ).to_arrow_table()
+            return alerts.pending_notifications(con)
 
     def update_notification(
         self,
@@ -459,14 +465,8 @@ class DuckDBStore(Store):
         next_attempt_at: datetime | None,
         error: str | None,
     ) -> None:
-        self._write(
-            lambda con: con.execute(
-                "UPDATE alert_notifications SET attempts = ?, delivered_at = ?, next_attempt_at = ?, "
-                "last_error = ? WHERE event_id = ? AND webhook = ?",
-                [attempts, delivered_at, next_attempt_at, error, event_id, webhook],
-            ),
-            self._monitoring_lock,
-        )
+        delivery = (event_id, webhook, attempts, delivered_at, next_attempt_at, error)
+        self._write(lambda con: alerts.update_notification(con, *delivery), self._monitoring_lock)
 
     def read_canary_runs(self) -> pa.Table:
         with self._cursor() as con:
@@ -528,11 +528,24 @@ class DuckDBStore(Store):
         # Under the derived-rows lock: assembly, judge results and outbox deletions update these rows
         # too, and two transactions deleting one row would fail one of them. Span appends only add
         # rows, so the span writer goes on meanwhile.
-        def body(con: duckdb.DuckDBPyConnection) -> DeletedRows:
+        def body(con: duckdb.DuckDBPyConnection) -> tuple[DeletedRows, set[sessions.SessionKey]]:
             with registered(con, _IDS, ids):
-                return delete_trace_rows(con, _IDS)
+                touched = sessions.keys_of_traces(con, _IDS)
+                return delete_trace_rows(con, _IDS), touched
 
-        return self._write(body)
+        deleted, touched = self._write(body)
+        self._touched.add(touched)
+        return deleted
+
+    # ---------------------------------------------------------------- sessions
+
+    def refresh_sessions(self, catch_up: float | None = None) -> int:
+        keys = self._touched.take()
+        try:
+            return self._write(lambda con: sessions.refresh_round(con, keys, catch_up), self._sessions_lock)
+        except BaseException:
+            self._touched.add(keys)  # computed by the next refresh
+            raise
 
     # ---------------------------------------------------------------- probe runs
 

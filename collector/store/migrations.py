@@ -7,7 +7,7 @@ table: define it (every column `since` the new version) and create it with `crea
 Never edit a migration that has shipped (files in the field carry it). The first two are kept as
 the SQL they shipped with. `spans` and `span_events` are views (schema 10): a column of spans is
 added to `received_spans` (`RECEIVED_SPANS`), and the migration then creates `SPANS_VIEW` again.
-`sessions` is a view over `traces` and `scores` (schema 12).
+`sessions` is a view over `traces` and `scores` (schema 12), then over `session_rollups` (13).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collector.schema.tables import (
     PROBE_RUNS,
     SCORE_AGGREGATES,
     SCORES,
+    SESSION_ROLLUPS,
     SPAN_EVENTS,
     STEPS,
     TRACES,
@@ -32,6 +33,7 @@ from collector.schema.tables import (
 from collector.store.schema_sql import (
     EVERY_RECEIVED_EVENT,
     EVERY_SCORE,
+    FILL_SESSION_ROLLUPS,
     SESSIONS_VIEW,
     SPAN_EVENTS_VIEW,
     SPANS_VIEW,
@@ -49,6 +51,47 @@ def create_tables(version: int, *tables: Table) -> str:
 def add_columns(table: Table, *names: str) -> str:
     """`ALTER TABLE ... ADD COLUMN` for columns already defined in `tables.py`."""
     return "\n".join(f"ALTER TABLE {table.name} ADD COLUMN {column_ddl(table.column(n))};" for n in names)
+
+
+# The sessions view as schema 12 shipped it (aggregated from `traces` and `scores` on every read);
+# schema 13 replaces it with `SESSIONS_VIEW`, over `session_rollups`.
+SESSIONS_VIEW_12 = """
+CREATE OR REPLACE VIEW sessions AS
+WITH turns AS (
+    SELECT trace_id, session_id, service_name, user_id, start_time,
+        coalesce(end_time, start_time) AS last_at
+    FROM traces WHERE session_id IS NOT NULL AND probe IS NULL
+), applied AS (
+    -- ragpulse's own scores that applied: people's and apps' scores make no turn fail
+    SELECT trace_id, name, value, status FROM scores
+    WHERE evaluator IN ('deterministic', 'judge') AND status IN ('pass', 'fail')
+), per_trace AS (
+    SELECT trace_id, bool_or(status = 'fail') AS failed, sum(value) AS total, count(value) AS n
+    FROM applied GROUP BY trace_id
+), per_name AS (
+    SELECT t.session_id, t.service_name, a.name, avg(a.value) AS mean,
+        count(*) FILTER (WHERE a.status = 'fail') AS fails
+    FROM (SELECT trace_id, session_id, service_name FROM turns) t JOIN applied a USING (trace_id)
+    GROUP BY ALL
+), names AS (
+    SELECT session_id, service_name,
+        map(list(name), list(mean)) AS score_means, map(list(name), list(fails)) AS score_fails
+    FROM per_name GROUP BY ALL
+), per_session AS (
+    SELECT t.session_id, t.service_name,
+        arg_max(t.user_id, t.start_time) FILTER (WHERE t.user_id IS NOT NULL) AS user_id,
+        count(*) AS turns, min(t.start_time) AS started_at, max(t.last_at) AS last_activity,
+        count(*) FILTER (WHERE p.failed) AS failed_turns, sum(p.total) / nullif(sum(p.n), 0) AS mean_score
+    FROM turns t LEFT JOIN per_trace p USING (trace_id) GROUP BY ALL
+)
+SELECT s.session_id, s.service_name, s.user_id, s.turns, s.started_at, s.last_activity,
+    CASE WHEN s.last_activity < now()::TIMESTAMP - INTERVAL 1800000000 MICROSECOND
+        THEN 'ended' ELSE 'open' END AS status,
+    s.failed_turns, s.mean_score,
+    coalesce(n.score_means, MAP {}::MAP(VARCHAR, DOUBLE)) AS score_means,
+    coalesce(n.score_fails, MAP {}::MAP(VARCHAR, BIGINT)) AS score_fails
+FROM per_session s LEFT JOIN names n USING (session_id, service_name);
+"""
 
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -247,7 +290,14 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "sessions: the user of each trace, and the sessions view",
         # The view with the default idle timeout; the store defines it again with the configured
         # one when it opens (`Store.define_sessions_view`).
-        add_columns(TRACES, "user_id") + "\n" + SESSIONS_VIEW,
+        add_columns(TRACES, "user_id") + "\n" + SESSIONS_VIEW_12,
+    ),
+    (
+        13,
+        "sessions kept as they change: session_rollups, read by the sessions view",
+        # Computed once here for the sessions stored so far; then the sessions refresher computes a
+        # session again after each write that touches one of its turns.
+        "\n".join((create_tables(13, SESSION_ROLLUPS), FILL_SESSION_ROLLUPS, SESSIONS_VIEW)),
     ),
 ]
 

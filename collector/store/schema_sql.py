@@ -135,27 +135,35 @@ DEFAULT_IDLE_TIMEOUT = 1800.0
 
 
 def sessions_view(idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> str:
-    """`CREATE VIEW sessions`: one row per (session_id, service_name) of the app's own traces that
-    carry a session id (docs/sessions.md). `status` is `ended` once `last_activity` is older than
-    `idle_timeout` seconds: a view cannot read the config, so the store defines it again with the
-    configured value when it opens (`Store.define_sessions_view`)."""
+    """`CREATE VIEW sessions`: the rows of `session_rollups` with their status (docs/sessions.md).
+    `status` is `ended` once `last_activity` is older than `idle_timeout` seconds: a view cannot
+    read the config, so the store defines it again with the configured value when it opens
+    (`Store.define_sessions_view`)."""
     return f"CREATE OR REPLACE VIEW sessions AS\n{sessions_select(idle_timeout)};"
 
 
-def sessions_select(idle_timeout: float, candidates: str | None = None) -> str:
-    """The SELECT of the `sessions` view. The turns and their times come from `traces`; the scores
-    from `scores` given by ragpulse's own evaluators. `candidates`: a condition on `traces` rows
-    (SQL, already validated or quoted): only the sessions with such a turn are computed, every turn
-    of theirs counted (the API's reads: a window or one session, without aggregating all)."""
+def sessions_select(idle_timeout: float) -> str:
+    """The SELECT of the `sessions` view: `session_rollups` with each session's status now."""
     if not idle_timeout > 0:
         raise ValueError("idle_timeout: seconds, more than 0")
     idle = f"INTERVAL {round(idle_timeout * 1_000_000)} MICROSECOND"
+    return (
+        "SELECT session_id, service_name, user_id, turns, started_at, last_activity,\n"
+        f"    CASE WHEN last_activity < now()::TIMESTAMP - {idle} THEN 'ended' ELSE 'open' END AS status,\n"
+        "    failed_turns, mean_score, score_means, score_fails\n"
+        "FROM session_rollups"
+    )
+
+
+def session_rollup_select(keys: str | None = None) -> str:
+    """The rows of `session_rollups` (but `refreshed_at`) computed from `traces` and `scores`: the
+    turns and their times from `traces` (the app's own traffic with a session id), the scores
+    given by ragpulse's own evaluators. `keys`: a query of `(session_id, service_name)` rows (SQL,
+    already validated or quoted): only those sessions are computed, every turn of theirs counted;
+    None: every session (the migration that made the table)."""
     narrowed, of_turns = "", ""
-    if candidates is not None:
-        narrowed = (
-            " AND (session_id, service_name) IN (SELECT session_id, service_name FROM traces "
-            f"WHERE session_id IS NOT NULL AND probe IS NULL AND {candidates})"
-        )
+    if keys is not None:
+        narrowed = f" AND (session_id, service_name) IN ({keys})"
         of_turns = "\n        AND trace_id IN (SELECT trace_id FROM turns)"
     # Shaped for `store.memory_limit` (128 MB by default) over hundreds of thousands of turns: the
     # scores are summed per trace and per name apart, each joined to the turns' keys alone, and the
@@ -189,11 +197,25 @@ def sessions_select(idle_timeout: float, candidates: str | None = None) -> str:
     FROM turns t LEFT JOIN per_trace p USING (trace_id) GROUP BY ALL
 )
 SELECT s.session_id, s.service_name, s.user_id, s.turns, s.started_at, s.last_activity,
-    CASE WHEN s.last_activity < now()::TIMESTAMP - {idle} THEN 'ended' ELSE 'open' END AS status,
     s.failed_turns, s.mean_score,
     coalesce(n.score_means, MAP {{}}::MAP(VARCHAR, DOUBLE)) AS score_means,
     coalesce(n.score_fails, MAP {{}}::MAP(VARCHAR, BIGINT)) AS score_fails
 FROM per_session s LEFT JOIN names n USING (session_id, service_name)"""
 
 
+def refresh_session_rollups_sql(keys: str) -> str:
+    """Replace the rows of the sessions `keys` names (a query of `(session_id, service_name)` rows)
+    with rows computed afresh; a session with no turn left loses its row."""
+    delete = f"DELETE FROM session_rollups WHERE (session_id, service_name) IN ({keys});"
+    return f"{delete}\n{fill_session_rollups(keys)}"
+
+
+def fill_session_rollups(keys: str | None = None) -> str:
+    """Add the rows of these sessions (`session_rollup_select`'s `keys`), computed now."""
+    rows = session_rollup_select(keys)
+    return f"INSERT INTO session_rollups SELECT *, now()::TIMESTAMP AS refreshed_at FROM ({rows});"
+
+
 SESSIONS_VIEW = sessions_view()
+# The rollups of every session, computed once (the migration that made `session_rollups`).
+FILL_SESSION_ROLLUPS = fill_session_rollups()

@@ -65,6 +65,16 @@ that document; else both null.
 4. reason: at most 15 words.\
 """
 
+# Said after the instructions when the input holds the conversation's earlier turns (relevance and
+# correctness of a chat turn: "and for shoes?" means nothing alone); the prompt version then ends in
+# CONVERSATION_VERSION, since the prompt differs.
+CONVERSATION_RULE = """\
+The input's "conversation" holds the earlier turns of the same conversation, oldest first: read the \
+question in their light (a follow-up such as "and for shoes?" asks the earlier question about shoes). \
+Judge only the last question and its inputs; the earlier turns are context, not what is judged.\
+"""
+CONVERSATION_VERSION = "+conversation/1"
+
 # The last line of the per-document prompts (context relevance, context precision).
 ONE_VERDICT_PER_DOCUMENT = "Give one verdict per document, in order, with its rank; reason: at most 15 words."
 
@@ -74,9 +84,13 @@ def messages(
 ) -> list[dict[str, str]]:
     """The system message (instructions + fence rules) and the user message: the inputs named by
     `keys` as one fenced JSON object (documents shown by `documents`), then our own `note` (trusted,
-    outside the fence)."""
+    outside the fence). The conversation's earlier turns, when `fenced` holds some, come first, and
+    the instructions say how to read them (`CONVERSATION_RULE`)."""
     if "documents" in keys and fenced.clip.any_clipped:
         note = f"{note} {_CLIPPED}".strip()
+    if fenced.conversation:
+        keys = ("conversation", *keys)
+        prompt = f"{prompt}\n{CONVERSATION_RULE}"
     user = fenced.message(*keys, documents=documents) + (f"\n{note}" if note else "")
     return [
         {"role": "system", "content": f"{prompt}\n\n{fenced.fence.rules()}"},
@@ -181,6 +195,8 @@ class Asker:
         to the messages, fenced like the input, and the prompt version says so
         (evaluators/judge/examples.py)."""
         token = fenced.fence.token
+        if fenced.conversation:
+            version += CONVERSATION_VERSION
         shots = self.client.examples.get(self.name)
         if shots is not None:
             messages, token = shots.apply(messages, fenced)
@@ -218,6 +234,25 @@ class Asker:
 def present(text: str | None) -> str | None:
     """The text, or None when it is blank (an input left out of the judge's message)."""
     return None if blank(text) else text
+
+
+def earlier_turns(trace: RagTrace) -> list[tuple[str | None, str | None]]:
+    """The trace's conversation before it (oldest first) as `fence_inputs` takes it."""
+    return [(turn.question, turn.answer) for turn in trace.conversation]
+
+
+def rewritten_question(trace: RagTrace) -> str | None:
+    """The standalone question the app searched with, when it rewrote the user's words: the one
+    query of the trace's retrieval steps, when it differs from the question (a condense or rewrite
+    step before retrieval: "and for shoes?" searched as "return policy for shoes"). None when no
+    step records a query, the steps searched with several, or the query is the question itself."""
+    queries = {
+        step.query.strip() for step in trace.steps_of("retrieval") if step.query and step.query.strip()
+    }
+    if len(queries) != 1 or blank(trace.question):
+        return None
+    (query,) = queries
+    return None if unicode_words(query) == unicode_words(trace.question or "") else query
 
 
 def documents(trace: RagTrace) -> list[tuple[str | None, str]]:

@@ -44,6 +44,9 @@ from typing import Any, Literal
 
 MAX_DOCUMENT_CHARS = 4_000
 MAX_TOTAL_CHARS = 24_000
+# An earlier turn of the conversation (its question, its answer) is cut at this many characters:
+# it is context for reading the question, not what is judged.
+MAX_TURN_CHARS = 1_000
 
 # 64 random bits, zero-padded to 20 decimal digits: unguessable per call, 7 tokens per occurrence.
 TOKEN_BITS = 64
@@ -199,6 +202,9 @@ class FencedInputs:
     fence: Fence
     clip: ClipReport
     texts: dict[str, str]
+    # The earlier turns, oldest first, each `{"question", "answer", "clipped"?}` (neutralised, cut
+    # at MAX_TURN_CHARS); empty when the trace is the first of its conversation or has none.
+    conversation: list[dict[str, Any]] = field(default_factory=list)
 
     def documents(self, key: DocumentKey = "rank") -> list[dict[str, Any]]:
         """The documents as the judge sees them, each `{"rank" or "id", "text", "clipped"?}`.
@@ -223,6 +229,9 @@ class FencedInputs:
         for key in keys:
             if key == "documents":
                 payload[key] = self.documents(documents)
+            elif key == "conversation":
+                if self.conversation:
+                    payload[key] = self.conversation
             elif key in self.texts:
                 payload[key] = self.texts[key]
         return self.fence.wrap(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
@@ -234,6 +243,7 @@ def fence_inputs(
     question: str | None = None,
     answer: str | None = None,
     reference: str | None = None,
+    conversation: Sequence[tuple[str | None, str | None]] = (),
     max_document_chars: int = MAX_DOCUMENT_CHARS,
     max_total_chars: int = MAX_TOTAL_CHARS,
     token_factory: Callable[[], str] | None = None,
@@ -241,15 +251,35 @@ def fence_inputs(
     """Clip the documents, neutralise every untrusted text and draw one fresh per-call fence token.
 
     The question, answer and reference answer are not clipped: cutting them would change what is
-    being judged (the clip limits protect the prompt budget from the retrieved documents).
+    being judged (the clip limits protect the prompt budget from the retrieved documents). The
+    `conversation` (earlier turns, oldest first: question, answer) is context: each text is cut at
+    `MAX_TURN_CHARS`, its entry saying so (`"clipped":["answer 1000/2345"]`).
     """
     clip = clip_documents(documents, max_document_chars=max_document_chars, max_total_chars=max_total_chars)
     singles = {"question": question, "answer": answer, "reference": reference}
     texts = {kind: neutralize(text) for kind, text in singles.items() if text is not None}
+    turns = [_turn(q, a) for q, a in conversation]
     # The token must occur nowhere in the prompt: not in the original texts nor ids, nor in their
     # JSON form (escapes add digits).
-    unfenced = FencedInputs(Fence(""), clip, texts)
+    unfenced = FencedInputs(Fence(""), clip, texts, turns)
     haystack = [text for _, text in documents] + [doc_id or "" for doc_id, _ in documents]
     haystack += [text for text in singles.values() if text is not None]
-    haystack += [unfenced.message(*singles, "documents", documents=key) for key in ("rank", "id")]
-    return FencedInputs(make_fence(haystack, token_factory), clip, texts)
+    haystack += [text or "" for turn in conversation for text in turn]
+    keys = ("conversation", *singles, "documents")
+    haystack += [unfenced.message(*keys, documents=key) for key in ("rank", "id")]
+    return FencedInputs(make_fence(haystack, token_factory), clip, texts, turns)
+
+
+def _turn(question: str | None, answer: str | None) -> dict[str, Any]:
+    """An earlier turn as the judge sees it: its texts cut at MAX_TURN_CHARS and neutralised."""
+    entry: dict[str, Any] = {}
+    clipped = []
+    for kind, text in (("question", question), ("answer", answer)):
+        if text is None:
+            continue
+        entry[kind] = neutralize(text[:MAX_TURN_CHARS])
+        if len(text) > MAX_TURN_CHARS:
+            clipped.append(f"{kind} {MAX_TURN_CHARS}/{len(text)}")
+    if clipped:
+        entry["clipped"] = clipped
+    return entry

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from semconv.models import RagTrace
 
 from .. import textutil as tu
-from ..judge.asking import Asker, messages, present, with_judge
+from ..judge.asking import Asker, earlier_turns, messages, present, with_judge
 from ..judge.fence import FencedInputs, fence_inputs
 from ..lexical import DEFAULT_COVERAGE, claims, cover, read_doc, strip_citations
 from ..metric import Evaluator, JudgeVariant, Metric, Options, check_fraction, pass_line
@@ -240,7 +240,12 @@ def make_judge_answer_correctness(
                 label="noncommittal",
                 explanation="the answer states nothing checkable while an answer is expected (no judge call)",
             )
-        fenced = fence_inputs(question=present(trace.question), answer=answer, reference=expected)
+        fenced = fence_inputs(
+            question=present(trace.question),
+            answer=answer,
+            reference=expected,
+            conversation=earlier_turns(trace),
+        )
         asked = judge.ask(
             answer_correctness_messages(fenced, precision_only=precision_only),
             schema,

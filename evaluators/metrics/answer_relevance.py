@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from semconv.models import RagTrace
 
 from .. import textutil as tu
-from ..judge.asking import Asker, messages, with_judge
+from ..judge.asking import Asker, earlier_turns, messages, with_judge
 from ..judge.fence import FencedInputs, fence_inputs
 from ..lexical import claims, read_doc, strip_citations
 from ..metric import Evaluator, JudgeVariant, Metric, Options, pass_line
@@ -144,7 +144,7 @@ def make_judge_answer_relevance(client: JudgeClient, min: float | None = None) -
                 label="noncommittal",
                 explanation="the answer is a refusal or states nothing checkable (no judge call)",
             )
-        fenced = fence_inputs(question=question, answer=answer)
+        fenced = fence_inputs(question=question, answer=answer, conversation=earlier_turns(trace))
         asked = judge.ask(
             answer_relevance_messages(fenced),
             AnswerRelevanceVerdict,

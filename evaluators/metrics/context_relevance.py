@@ -29,8 +29,10 @@ from ..judge.asking import (
     Asker,
     context_gate,
     documents,
+    earlier_turns,
     explain,
     messages,
+    rewritten_question,
     verdict_count,
     with_judge,
 )
@@ -215,7 +217,15 @@ def make_judge_context_relevance(
         gate = context_gate(name, contexts, threshold, "nothing relevant")
         if gate is not None:
             return gate
-        fenced = fence_inputs(documents=documents(trace), question=question)
+        # Retrieval is judged against what the app searched with: its rewritten, standalone question
+        # when it rewrote the user's words, else the question read in the light of the conversation.
+        searched = rewritten_question(trace)
+        if searched is not None:
+            fenced = fence_inputs(documents=documents(trace), question=searched)
+        else:
+            fenced = fence_inputs(
+                documents=documents(trace), question=question, conversation=earlier_turns(trace)
+            )
         asked = judge.per_document(
             context_relevance_messages(fenced, len(contexts)),
             ContextRelevanceVerdict,
@@ -237,6 +247,8 @@ def make_judge_context_relevance(
         text = (
             f"{sum(labels)} of {len(labels)} documents relevant per the judge; {metric} {value:.3g} ({rule})"
         )
+        if searched is not None:
+            text += f"; judged against the question the app searched with: {searched[:200]!r}"
         score = Score.judged(name, value, bar, explanation=explain(text, fenced), items=items)
         return with_judge(score, fields)
 

@@ -79,6 +79,9 @@ class TraceRouter(trace_service_pb2_grpc.TraceServiceServicer):
         self._stubs: dict[str, trace_service_pb2_grpc.TraceServiceStub] = {}
         self._channels: list[grpc.Channel] = []
         self.routed: dict[str, int] = defaultdict(int)  # spans sent to each endpoint
+        # Spans of forwards that failed (a replica slower than the forward's timeout may still have
+        # stored them): the client retries the export, so these reach a replica twice.
+        self.failed: dict[str, int] = defaultdict(int)
         self.set_endpoints(endpoints)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)
@@ -110,11 +113,13 @@ class TraceRouter(trace_service_pb2_grpc.TraceServiceServicer):
             ring = self._ring
             stubs = dict(self._stubs)
         for endpoint, part in split_by_endpoint(request, ring).items():
+            spans = sum(len(s.spans) for r in part.resource_spans for s in r.scope_spans)
             try:
                 stubs[endpoint].Export(part, timeout=10, wait_for_ready=True)
             except grpc.RpcError as exc:
+                with self._lock:
+                    self.failed[endpoint] += spans
                 context.abort(exc.code(), f"replica {endpoint}: {exc.details()}")
-            spans = sum(len(s.spans) for r in part.resource_spans for s in r.scope_spans)
             with self._lock:
                 self.routed[endpoint] += spans
         return trace_service_pb2.ExportTraceServiceResponse()

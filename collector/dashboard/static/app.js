@@ -187,7 +187,7 @@ function column(buckets, rows, field, empty) {
 
 function renderChrome(active, services) {
   const nav = document.getElementById("nav");
-  nav.replaceChildren(...[["overview", "Overview"], ["traces", "Traces"], ["review", "Review"], ["probes", "Probes"], ["alerts", "Alerts"]].map(([key, label]) =>
+  nav.replaceChildren(...[["overview", "Overview"], ["traces", "Traces"], ["sessions", "Sessions"], ["review", "Review"], ["probes", "Probes"], ["alerts", "Alerts"]].map(([key, label]) =>
     h("a", { href: `#/${key}`, class: active === key ? "active" : null }, label)));
   const controls = document.getElementById("controls");
   const range = h("select", { id: "range", title: "Time range",
@@ -569,10 +569,15 @@ async function tracesPage(params) {
   } else {
     out.push(h("div", { class: "panel empty" }, "No trace matches these filters."));
   }
-  out.push(h("div", { class: "pager" },
-    h("button", { id: "prev", disabled: page.offset === 0, onclick: () => set({ offset: Math.max(0, page.offset - page.limit) || null }) }, "← newer"),
-    h("button", { id: "next", disabled: to >= page.total, onclick: () => set({ offset: page.offset + page.limit }) }, "older →")));
+  out.push(pager(page, set, "← newer", "older →"));
   return { chrome, content: out };
+}
+
+/** The previous / next buttons of a paged list (`page`: its offset, limit and total; `set` moves to an offset). */
+function pager(page, set, previous, next) {
+  return h("div", { class: "pager" },
+    h("button", { id: "prev", disabled: page.offset === 0, onclick: () => set({ offset: Math.max(0, page.offset - page.limit) || null }) }, previous),
+    h("button", { id: "next", disabled: page.offset + page.limit >= page.total, onclick: () => set({ offset: page.offset + page.limit }) }, next));
 }
 
 // ---------------------------------------------------------------- one trace
@@ -939,6 +944,8 @@ async function render() {
   try {
     if (parts[0] === "traces") page = await tracesPage(params);
     else if (parts[0] === "trace" && parts[1]) page = await tracePage(parts[1]);
+    else if (parts[0] === "sessions") page = await sessionsPage(params);
+    else if (parts[0] === "session" && parts[1]) page = await sessionPage(decodeURIComponent(parts.slice(1).join("/")), params);
     else if (parts[0] === "review") page = await reviewPage(params);
     else if (parts[0] === "alerts") page = await alertsPage();
     else if (parts[0] === "probes") page = await probesPage(params);
@@ -946,7 +953,7 @@ async function render() {
     else page = await overviewPage(params);
   } catch (exc) {
     if (!(exc instanceof ApiError)) console.error(exc);
-    const active = { trace: "traces", traces: "traces", review: "review", alerts: "alerts", probes: "probes", probe: "probes" }[parts[0]] || "overview";
+    const active = { trace: "traces", traces: "traces", sessions: "sessions", session: "sessions", review: "review", alerts: "alerts", probes: "probes", probe: "probes" }[parts[0]] || "overview";
     page = { chrome: [active, []], content: [errorBanner(exc)] };
   }
   if (ticket !== renderCount) { // a newer navigation won: drop this one's charts too

@@ -1,10 +1,9 @@
 """The reads of sessions (`collector/dashboard/data.py` runs them for `/api/sessions`): a page of
 sessions, filtered and sorted, and one session's turns with their scores (docs/sessions.md).
 
-The rows are those of the `sessions` view, made by the same SELECT (`sessions_select`) with the
-configured idle timeout, but computed for the sessions the request can reach only (those active
-in the window, or the one asked for): the view aggregates every trace with a session id, seconds
-on a store of 100,000 sessions, and a filter on its aggregates cannot reach its scan.
+The rows are those of the `sessions` view (`sessions_select`, with the configured idle timeout):
+`session_rollups`, which the sessions refresher keeps current, so a page is a filter and a sort of
+one row per session, not an aggregation of every turn (seconds on a store of 100,000 sessions).
 
 Each builder returns one SELECT over the tables and views SQL users see; values from the request are
 validated by the caller or quoted here (`sql_string`), never pasted raw.
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from collector.schema.windows import Window
-from collector.store.reads.predicates import OUR_EVALUATORS, sql_string, timestamp_sql, window_sql
+from collector.store.reads.predicates import OUR_EVALUATORS, sql_string, window_sql
 from collector.store.schema_sql import DEFAULT_IDLE_TIMEOUT, sessions_select
 
 SessionSort = Literal["worst", "last_activity", "turns"]
@@ -40,15 +39,6 @@ class SessionFilter:
     descending: bool = True
     limit: int = 50
     offset: int = 0
-
-    def candidates(self) -> str:
-        """The turns a session in the window has one of (a condition on `traces`): one whose
-        activity (end, else start) falls in the window."""
-        start, end = timestamp_sql(self.window.start), timestamp_sql(self.window.end)
-        clauses = [f"coalesce(end_time, start_time) >= {start}", f"start_time < {end}"]
-        if self.service is not None:
-            clauses.append(f"service_name = {sql_string(self.service)}")
-        return " AND ".join(clauses)
 
     def where(self) -> str:
         clauses = [window_sql(self.window, "last_activity")]
@@ -76,16 +66,14 @@ def session_page_sql(f: SessionFilter) -> str:
     """One page of the filtered sessions, sorted, each row with `total`, the number the filters
     match (counted in the same pass: the sessions are aggregated once)."""
     return (
-        f"SELECT *, count(*) OVER () AS total FROM ({sessions_select(f.idle_timeout, f.candidates())}) "
+        f"SELECT *, count(*) OVER () AS total FROM ({sessions_select(f.idle_timeout)}) "
         f"WHERE {f.where()} ORDER BY {f.order_by()} LIMIT {int(f.limit)} OFFSET {int(f.offset)}"
     )
 
 
 def session_count_sql(f: SessionFilter) -> str:
     """How many sessions the filters match (for a page past the last)."""
-    return (
-        f"SELECT count(*) AS total FROM ({sessions_select(f.idle_timeout, f.candidates())}) WHERE {f.where()}"
-    )
+    return f"SELECT count(*) AS total FROM ({sessions_select(f.idle_timeout)}) WHERE {f.where()}"
 
 
 def _key(session_id: str, service: str | None, alias: str = "") -> str:
@@ -96,8 +84,8 @@ def _key(session_id: str, service: str | None, alias: str = "") -> str:
 
 def session_sql(session_id: str, service: str | None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> str:
     """The session's rows of `sessions`: one per service it exists under (of `service` when given)."""
-    rows = sessions_select(idle_timeout, _key(session_id, service))
-    return f"SELECT * FROM ({rows}) ORDER BY service_name"
+    rows = sessions_select(idle_timeout)
+    return f"SELECT * FROM ({rows}) WHERE {_key(session_id, service)} ORDER BY service_name"
 
 
 def _turns(session_id: str, service: str) -> str:

@@ -225,7 +225,12 @@ def test_the_dashboard_page_and_its_files_are_served(served: Service) -> None:
     page = httpx.get(f"{served.http_url}/", timeout=10)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     scripts = re.findall(r'<script src="([^"]+)"', page.text)
-    assert scripts == ["/ui/vendor/uplot-1.6.32/uPlot.iife.min.js", "/ui/review.js", "/ui/app.js"]
+    assert scripts == [
+        "/ui/vendor/uplot-1.6.32/uPlot.iife.min.js",
+        "/ui/review.js",
+        "/ui/sessions.js",
+        "/ui/app.js",
+    ]
     for path in (*scripts, "/ui/app.css", "/ui/vendor/uplot-1.6.32/LICENSE"):
         assert httpx.get(f"{served.http_url}{path}", timeout=10).status_code == 200, path
     assert "http" not in "".join(re.findall(r'(?:src|href)="([^"]+)"', page.text))  # nothing from outside

@@ -61,7 +61,11 @@ def focus_score(page: Any, name: str) -> None:
         if page.locator("details.score.focused").get_attribute("data-score") == name:
             return
         page.keyboard.press(key)
-    pytest.fail(f"j and k never reached the {name} score")
+    focused = page.evaluate(
+        "() => [document.querySelector('details.score.focused')?.dataset.score,"
+        " document.activeElement?.outerHTML.slice(0, 120)]"
+    )
+    pytest.fail(f"j and k never reached the {name} score; focused score and element: {focused}")
 
 
 def test_a_reviewer_disagrees_claim_by_claim_from_the_keyboard(reviewed: Service, tab: Page) -> None:
@@ -121,11 +125,11 @@ def test_the_random_queue_serves_trace_after_trace_and_agreement_counts_them(
         if left == total - 1:
             # A verdict on another score of the served trace: stored, but not as a draw of the queue,
             # and the page stays on the trace.
-            page.keyboard.press("k")  # the score above, or (faithfulness first) the one below
-            if page.locator("details.score.focused").get_attribute("data-score") == "faithfulness":
-                page.keyboard.press("j")
-            other = page.locator("details.score.focused").get_attribute("data-score")
-            assert other != "faithfulness"
+            reviewable = page.locator("#review-trace details.score:has(.verdict)").evaluate_all(
+                "panels => panels.map(p => p.dataset.score)"
+            )
+            other = next(name for name in reviewable if name != "faithfulness")
+            focus_score(page, other)
             page.keyboard.press("d")
             page.wait_for_selector(f"#review-trace .verdict[data-verdict='{other}'].disagreed")
             focus_score(page, "faithfulness")

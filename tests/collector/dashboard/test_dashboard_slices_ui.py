@@ -19,8 +19,6 @@ are saved there (overview-split.png, probe-run.png).
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +27,12 @@ from typing import Any
 import pytest
 import yaml
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Span, Tracer
 
 from collector.config import Config
 from collector.service import BackgroundService, Service
 from tests.support.browser import SCREENSHOTS, Page, drawn_charts, needs_chromium
 from tests.support.helpers import (
+    EarlierTracer,
     emit_topic_request,
     fast_assembler,
     free_port,
@@ -86,27 +84,11 @@ class Sliced:
     runs: dict[str, dict[str, Any]]  # the probe app's mode -> its run (a probe_runs row)
 
 
-class _Earlier:
-    """A tracer whose spans start and end `ago` seconds in the past (`semconv.emit` only calls
-    `start_as_current_span`): traffic of the last hours, sent now."""
-
-    def __init__(self, tracer: Tracer, ago: float) -> None:
-        self._tracer = tracer
-        self._shift = int(ago * 1e9)
-
-    @contextlib.contextmanager
-    def start_as_current_span(self, name: str, **kwargs: Any) -> Iterator[Span]:
-        start = time.time_ns() - self._shift
-        with self._tracer.start_as_current_span(name, start_time=start, end_on_exit=False, **kwargs) as span:
-            yield span
-        span.end(end_time=time.time_ns() - self._shift)
-
-
 def _send(provider: TracerProvider, category: str | None, right: bool, ago: float) -> None:
     """A request `ago` seconds ago (of the category, when given) whose retrieval finds its expected
     document or not."""
     topic = category or "opening hours"
-    tracer: Any = _Earlier(provider.get_tracer("shop"), ago)
+    tracer: Any = EarlierTracer(provider.get_tracer("shop"), ago)
     emit_topic_request(tracer, f"A question about {topic}?", topic, category, right)
 
 

@@ -27,6 +27,8 @@ TOOLS = {
     "describe_tables",
     "list_traces",
     "get_trace",
+    "list_sessions",
+    "get_session",
     "check_quality",
     "find_regressions",
     "list_alerts",
@@ -237,6 +239,8 @@ def test_ragpulse_mcp_over_stdio_answers_every_tool_as_the_server_does(
         "describe_tables": {},
         "list_traces": {**window, "sort": "worst", "order": "asc", "limit": 5},
         "get_trace": {"trace_id": trace_id},
+        "list_sessions": window,  # the example app sends no session id: an empty page on both
+        "get_session": {"session_id": "none"},  # a tool error, the same on both
         "check_quality": {**window, "min": {"faithfulness": 0.5}, "max_error_rate": 0.1},
         "find_regressions": window,
         "list_alerts": {},
@@ -254,7 +258,8 @@ def test_ragpulse_mcp_over_stdio_answers_every_tool_as_the_server_does(
     on_file = over_stdio(["--db", str(copy)], tmp_path, every_tool)
     over_server = over_http(served.http_url, every_tool)
     assert on_file == over_server
-    assert [name for name, (error, _) in on_file.items() if error] == ["get_probe_run"]
+    assert [name for name, (error, _) in on_file.items() if error] == ["get_session", "get_probe_run"]
+    assert on_file["list_sessions"][1]["total"] == 0
     assert on_file["query_sql"][1]["rows"] == [{"n": 24}]
 
 

@@ -62,7 +62,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, 
     turn in `shop-2` under the calm session's id; every trace scored. Yields the service and each
     session's trace ids in the order sent."""
     tmp_path = tmp_path_factory.mktemp("sessions")
-    with BackgroundService(make_config(tmp_path, assembler=fast_assembler())) as svc:
+    config = make_config(tmp_path, assembler=fast_assembler(), sessions={"refresh_interval": 0.5})
+    with BackgroundService(config) as svc:
         shop = sdk_tracer_provider(svc, "shop")
         other = sdk_tracer_provider(svc, "shop-2")
         sent: dict[str, list[str]] = {CALM: [], ROUGH: []}
@@ -74,6 +75,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, 
         shop.shutdown()
         other.shutdown()
         wait_for(lambda: scored_traces(svc), lambda n: n == 2 * TURNS + 1, timeout=30, what="scores")
+        # The sessions refresher computes them again within its interval of the last write.
+        wait_for(
+            lambda: sql(svc, "SELECT sum(turns) AS turns, sum(failed_turns) AS failed FROM sessions"),
+            lambda rows: rows == [{"turns": 2 * TURNS + 1, "failed": len(FAILED_TURNS)}],
+            timeout=10,
+            what="the sessions refreshed",
+        )
         yield svc, sent
 
 
@@ -220,7 +228,9 @@ def test_a_bad_idle_timeout_is_refused_naming_the_key(tmp_path: Path) -> None:
 
 def test_a_session_ends_after_the_idle_timeout_and_opens_again_with_a_new_turn(tmp_path: Path) -> None:
     idle = 3.0
-    config = make_config(tmp_path, assembler=fast_assembler(), sessions={"idle_timeout": idle})
+    config = make_config(
+        tmp_path, assembler=fast_assembler(), sessions={"idle_timeout": idle, "refresh_interval": 0.2}
+    )
     with BackgroundService(config) as svc:
         provider = sdk_tracer_provider(svc, "shop")
         tracer = provider.get_tracer("tests")
@@ -234,8 +244,7 @@ def test_a_session_ends_after_the_idle_timeout_and_opens_again_with_a_new_turn(t
         wait_for(lambda: scored_traces(svc), lambda n: n == 1, what="the first turn")
         send_turn(tracer, "idle-chat", "u-1", 2)
         sent_at = time.monotonic()
-        wait_for(lambda: scored_traces(svc), lambda n: n == 2, what="the second turn")
-        assert state() == [("open", 2)]
+        wait_for(state, lambda s: s == [("open", 2)], timeout=idle, what="the second turn")
         assert sql(svc, "SELECT status FROM sessions") == [{"status": "open"}]
         assert time.monotonic() - sent_at < idle  # still within the timeout when seen open
         ended = wait_for(state, lambda s: s == [("ended", 2)], timeout=idle + 10, what="the session to end")
@@ -247,6 +256,5 @@ def test_a_session_ends_after_the_idle_timeout_and_opens_again_with_a_new_turn(t
         assert ok(svc, "/api/sessions", since="1h", status="open")["total"] == 0
         # A new turn: the session is going on again.
         send_turn(tracer, "idle-chat", "u-1", 3)
-        wait_for(lambda: scored_traces(svc), lambda n: n == 3, what="the third turn")
-        assert state() == [("open", 3)]
+        wait_for(state, lambda s: s == [("open", 3)], timeout=10, what="the third turn")
         provider.shutdown()

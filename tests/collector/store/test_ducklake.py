@@ -10,7 +10,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from collector.schema.tables import DOCUMENTS, SCORE_AGGREGATES, SCORES, STEPS, TRACES
+from collector.schema.trace_rows import TraceTables
 from collector.service import BackgroundService
 from collector.store import open_store
 from collector.store.config import StoreConfig
@@ -164,7 +165,8 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
     (The write-back events are not inlined: DuckLake 1.5.5 fails to flush rows inlined in a table
     after it was renamed, which only this simulation of the old schema does.)"""
     with lake_store(lake, "r1") as store, store._cursor() as con:
-        con.execute("DROP VIEW sessions")  # schema 12
+        con.execute("DROP VIEW sessions")  # schemas 12 and 13
+        con.execute("DROP TABLE session_rollups")
         for table, column in (
             ("traces", "user_id"), ("traces", "probe"), ("traces", "probe_run"), ("scores", "probe"),
             ("score_aggregate_parts", "probe"), ("alerts", "slice"), ("alert_events", "slice"),
@@ -214,10 +216,12 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
 
 
 def test_a_lake_of_schema_11_gains_the_user_column_and_the_sessions_view(lake: dict[str, Any]) -> None:
-    """Migration 12 on a lake: `traces.user_id` added (null for the rows before), the `sessions` view
-    made over the rows already there, and defined again with another idle timeout by the store."""
+    """Migrations 12 and 13 on a lake: `traces.user_id` added (null for the rows before), the
+    `sessions` view made over the rows already there (computed into `session_rollups`), and defined
+    again with another idle timeout by the store; a turn written then counts at the next refresh."""
     with lake_store(lake, "r1") as store, store._cursor() as con:
         con.execute("DROP VIEW sessions")
+        con.execute("DROP TABLE session_rollups")
         con.execute("ALTER TABLE traces DROP COLUMN user_id")
         con.execute("DELETE FROM ragpulse_schema WHERE version >= 12")
         con.execute(
@@ -231,11 +235,20 @@ def test_a_lake_of_schema_11_gains_the_user_column_and_the_sessions_view(lake: d
         before = store.query("SELECT session_id, turns, status FROM sessions", 10, 10).rows
         store.define_sessions_view(60)  # ten minutes idle: ended
         after = store.query("SELECT session_id, turns, status FROM sessions", 10, 10).rows
+        now = datetime.now(UTC).replace(tzinfo=None)
+        turn = {"trace_id": ["t3"], "service_name": ["shop"], "session_id": ["s1"], "start_time": [now]}
+        empty = STEPS.arrow_schema().empty_table(), DOCUMENTS.arrow_schema().empty_table()
+        store.write_traces(TraceTables(TRACES.arrow_table(turn, 1), *empty), [])
+        refreshed = store.refresh_sessions()
+        grown = store.query("SELECT session_id, turns, status FROM sessions", 10, 10).rows
     with lake_store(lake, "r2", read_only=True) as reader:
         seen = reader.query("SELECT status FROM sessions", 10, 10).rows
-    assert version == [(12,)] and users == [(2,)]
+    from collector.store.migrations import LATEST_VERSION
+
+    assert version == [(LATEST_VERSION,)] and users == [(2,)]
     assert before == [("s1", 2, "open")]  # the default timeout: 30 minutes
-    assert after == [("s1", 2, "ended")] and seen == [("ended",)]
+    assert after == [("s1", 2, "ended")]
+    assert refreshed == 1 and grown == [("s1", 3, "open")] and seen == [("open",)]
 
 
 def test_claims_give_each_set_of_spans_to_one_replica(lake: dict[str, Any]) -> None:
@@ -500,7 +513,10 @@ def test_two_replicas_assemble_and_score_every_trace_once_through_a_resize(
     # Exactly once: no trace, split or not, was assembled twice.
     assert {r["assembly_count"] for r in rows} == {1}
     assert {r["replica"] for r in rows} == {"r1", "r2"}
-    assert claimed_elsewhere == len(split)
+    # One trace set aside per split trace; a forward that failed and was retried can bring a replica
+    # spans it had already (a forward timed out on a busy machine after the replica stored it), and
+    # with them one more setting aside of their trace (CI saw 10 for 9 split traces once).
+    assert len(split) <= claimed_elsewhere <= len(split) + sum(router.failed.values()), router.failed
     assert aggregate == [{"n": len(everything)}]
 
 

@@ -222,9 +222,10 @@ def test_a_newer_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_version_11_file_gains_the_user_column_and_the_sessions_view(tmp_path: Path) -> None:
-    """Migration 12: `traces.user_id` (null for rows stored before), and `sessions` over the rows
-    already there: one row per session and service, its failed turn counted from ragpulse's own
-    failing score only (a person's failing score makes no turn fail)."""
+    """Migrations 12 and 13: `traces.user_id` (null for rows stored before), and `sessions` over the
+    rows already there (computed into `session_rollups` by 13): one row per session and service,
+    its failed turn counted from ragpulse's own failing score only (a person's failing score makes
+    no turn fail)."""
     path = tmp_path / "v11.duckdb"
     con = file_at(path, 11)
     con.execute(
@@ -249,7 +250,7 @@ def test_a_version_11_file_gains_the_user_column_and_the_sessions_view(tmp_path:
             10,
             5,
         ).rows
-    assert version == [(12,)]
+    assert version == [(LATEST_VERSION,)] == [(13,)]
     assert users == [("t1", None), ("t2", None), ("t3", None)]
     assert sessions == [
         (

@@ -211,10 +211,11 @@ def test_a_lake_of_schema_9_keeps_its_rows_and_shows_each_span_once(
         con.execute("DROP VIEW spans")
         con.execute("ALTER TABLE received_spans RENAME TO spans")
         con.execute(span_events_view(EVERY_RECEIVED_EVENT))
-        # (and without what schemas 11 and 12 added)
+        # (and without what schemas 11 to 13 added)
         con.execute("DROP TABLE feedback")
         con.execute("DROP TABLE annotations")
         con.execute("DROP VIEW sessions")
+        con.execute("DROP TABLE session_rollups")
         dropped = (
             ("traces", "response_ids"),
             ("scores", "source"),

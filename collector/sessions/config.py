@@ -11,3 +11,6 @@ from collector.store.schema_sql import DEFAULT_IDLE_TIMEOUT
 class SessionsConfig(Section):
     # Seconds without a new turn after which a session has ended (`sessions.status`).
     idle_timeout: float = Field(DEFAULT_IDLE_TIMEOUT, gt=0, allow_inf_nan=False)
+    # Seconds between two computations of the sessions whose turns or scores were written: how
+    # long `sessions` (the view, the API, the dashboard) may lag behind a new turn.
+    refresh_interval: float = Field(2.0, gt=0, le=3600, allow_inf_nan=False)
