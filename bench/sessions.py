@@ -115,6 +115,28 @@ def time_refresh(db: Path, counts: list[int], repeat: int) -> None:
             )
 
 
+def time_earlier_turns(db: Path, counts: list[int], repeat: int) -> None:
+    """The judge stage's read of the conversation before the traces it judges (`Store.earlier_turns`,
+    3 turns), for batches of `counts` random traces of the store."""
+    rng = random.Random(3)
+    with DuckDBStore(db) as store:
+        ids = [
+            r[0] for r in store.query("SELECT trace_id FROM traces USING SAMPLE 2000 ROWS", 5000, 600).rows
+        ]
+        for count in counts:
+            times = []
+            for _ in range(repeat):
+                batch = rng.sample(ids, count)
+                begun = time.perf_counter()
+                store.earlier_turns(batch, 3)
+                times.append(time.perf_counter() - begun)
+            print(
+                f"earlier turns of {count} traces: {statistics.median(times) * 1000:.0f} ms p50 of {repeat} "
+                f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})",
+                flush=True,
+            )
+
+
 REQUESTS = [
     ("sessions, 24 h, worst first", "/api/sessions", {"since": "24h"}),
     ("sessions, 7 d, worst first", "/api/sessions", {"since": "7d"}),
@@ -144,6 +166,11 @@ def main() -> None:
     parser.add_argument(
         "--refresh", default="", help="comma-separated session counts: time the refresher's round for each"
     )
+    parser.add_argument(
+        "--earlier-turns",
+        default="",
+        help="comma-separated batch sizes: time the judge's read of conversations",
+    )
     args = parser.parse_args()
     if args.regenerate or not args.db.exists():
         args.db.unlink(missing_ok=True)
@@ -152,6 +179,8 @@ def main() -> None:
         generate(args.db, args.sessions, args.turns, args.days)
     if args.refresh:
         time_refresh(args.db, [int(c) for c in args.refresh.split(",")], args.repeat)
+    if args.earlier_turns:
+        time_earlier_turns(args.db, [int(c) for c in args.earlier_turns.split(",")], args.repeat)
     with serving(args.db) as url, httpx.Client(base_url=url, timeout=120) as client:
         for label, path, params in REQUESTS:
             if path.endswith("session-00099999"):  # the newest session of the default store

@@ -201,7 +201,7 @@ def monitoring(parts: Parts) -> list[Component]:
 def sessions(parts: Parts) -> list[Component]:
     """`sessions:`: the refresher of `sessions`' rows, started before the stages that write turns
     and scores and stopped after them (its last round takes their last writes)."""
-    return [SessionRefresher(parts.the_store, parts.config.sessions.refresh_interval)]
+    return [SessionRefresher(parts.the_store, parts.config.sessions)]
 
 
 def scoring(parts: Parts) -> list[Component]:

@@ -311,6 +311,9 @@ SCORES = Table(
         # Who gave an external or human score: the service that sent the event, the feedback's author.
         ("source", "VARCHAR", "", 11),
         ("feedback_id", "VARCHAR", "", 11),  # the `feedback` row a human or external score comes from
+        # `session`: a score of the whole conversation (its trace: the session's last turn), given
+        # when the session ended; null: a score of its trace (docs/sessions.md).
+        ("level", "VARCHAR", "", 14),
     ),
 )
 
@@ -531,6 +534,19 @@ SESSION_ROLLUPS = Table(
     ),
 )
 
+# The sessions whose session-level scores were given, and at which state of the session: scored
+# again once it has ended after a later turn (or a late span changed one of its turns).
+SCORED_SESSIONS = Table(
+    "scored_sessions",
+    _columns(
+        ("session_id", "VARCHAR", "", 14),
+        ("service_name", "VARCHAR", "", 14),
+        ("last_activity", "TIMESTAMP", "", 14),  # the session's last activity when it was scored
+        ("turns", "BIGINT", "", 14),
+        ("scored_at", "TIMESTAMP", "", 14),
+    ),
+)
+
 # The tables of the latest schema (`spans` and `span_events` are views over them).
 ALL_TABLES: tuple[Table, ...] = (
     RECEIVED_SPANS,
@@ -550,6 +566,7 @@ ALL_TABLES: tuple[Table, ...] = (
     FEEDBACK,
     ANNOTATIONS,
     SESSION_ROLLUPS,
+    SCORED_SESSIONS,
 )
 
 # What one row of each table users query is (`spans` and `span_events` are views over the received
@@ -574,5 +591,6 @@ MEANINGS: dict[str, str] = {
     "feedback": "a score given from outside (user feedback, an app's evaluation event), as received",
     "annotations": "a person's pass/fail verdict on a score ragpulse gave, with a copy of that score",
     "session_rollups": "a session's figures as last computed (the `sessions` view adds its status)",
+    "scored_sessions": "a session whose session-level scores were given, and its last activity then",
     "ragpulse_schema": "an applied schema migration",
 }

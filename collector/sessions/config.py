@@ -13,4 +13,7 @@ class SessionsConfig(Section):
     idle_timeout: float = Field(DEFAULT_IDLE_TIMEOUT, gt=0, allow_inf_nan=False)
     # Seconds between two computations of the sessions whose turns or scores were written: how
     # long `sessions` (the view, the API, the dashboard) may lag behind a new turn.
-    refresh_interval: float = Field(2.0, gt=0, le=3600, allow_inf_nan=False)
+    refresh_interval: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False)
+    # Session-level scores (session.turns, session.failed_turns, session.repeated_question) given
+    # to each session once it has ended (idle_timeout without a new turn).
+    scores: bool = True

@@ -1,6 +1,8 @@
 """The sessions refresher: every `sessions.refresh_interval` seconds, the rows of `sessions` whose
 turns or scores were written since are computed again (`Store.refresh_sessions`), so that a list
-of sessions is read from `session_rollups` instead of aggregated from every turn per request.
+of sessions is read from `session_rollups` instead of aggregated from every turn per request; then
+the sessions that ended (`sessions.idle_timeout`) get their session-level scores
+(`collector/sessions/scores.py`), on a lake by the replica that leads only.
 
 It starts before the assembler and the judge and stops after them, with a last round, so a clean
 stop leaves `sessions` current. Its first round also computes again the sessions touched shortly
@@ -11,9 +13,15 @@ round had written.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from collector.background import BackgroundWorker
 from collector.lifecycle import remaining
+from collector.schema.tables import SCORED_SESSIONS, SCORES
+from collector.sessions.config import SessionsConfig
+from collector.sessions.scores import Session, Turn, session_score_rows
 from collector.store.base import SessionRollups
 
 log = logging.getLogger(__name__)
@@ -21,16 +29,22 @@ log = logging.getLogger(__name__)
 # At start, the sessions with a turn assembled or scored this long before the last recorded refresh
 # are computed again: a write commits a few seconds at most after the time it stamps on its rows.
 CATCH_UP_SECONDS = 300.0
+# Sessions given their session-level scores per round (more wait for the next round).
+SCORED_PER_ROUND = 500
 
 
 class SessionRefresher(BackgroundWorker):
     """Keeps `session_rollups` current (see the module's docstring)."""
 
-    def __init__(self, store: SessionRollups, interval: float) -> None:
+    def __init__(self, store: SessionRollups, config: SessionsConfig) -> None:
         super().__init__("ragpulse-sessions")
         self._store = store
-        self._interval = interval
+        self._config = config
+        self._interval = config.refresh_interval
         self._caught_up = False
+        # Ended sessions are looked for this often: a few times per idle timeout, at most every 30 s.
+        self._score_every = max(self._interval, min(30.0, config.idle_timeout / 4))
+        self._scored_at = float("-inf")  # monotonic time of the last look
 
     def _run(self) -> None:
         self._run_every(
@@ -46,8 +60,38 @@ class SessionRefresher(BackgroundWorker):
         if not self._caught_up:
             computed = self._store.refresh_sessions(catch_up=CATCH_UP_SECONDS)
             self._caught_up = True
-            return computed
-        return self._store.refresh_sessions()
+        else:
+            computed = self._store.refresh_sessions()
+        due = time.monotonic() - self._scored_at >= self._score_every
+        if self._config.scores and due and (not self._store.shared or self._store.is_leader()):
+            self._scored_at = time.monotonic()
+            self.score_ended()
+        return computed
+
+    def score_ended(self) -> int:
+        """Give the sessions that ended their session-level scores; returns how many were scored."""
+        keys = self._store.sessions_to_score(self._config.idle_timeout, SCORED_PER_ROUND)
+        if not keys:
+            return 0
+        found = sessions_of(self._store.session_turns(keys))
+        now = datetime.now(UTC).replace(tzinfo=None)
+        rows = [row for session in found for row in session_score_rows(session, now)]
+        scored = [
+            {
+                "session_id": s.session_id,
+                "service_name": s.service_name,
+                "last_activity": s.last_activity,
+                "turns": len(s.turns),
+                "scored_at": now,
+            }
+            for s in found
+        ]
+        self._store.write_session_scores(
+            keys,
+            SCORES.arrow_table(_columns(rows, SCORES.column_names), len(rows)),
+            SCORED_SESSIONS.arrow_table(_columns(scored, SCORED_SESSIONS.column_names), len(scored)),
+        )
+        return len(found)
 
     def stop(self, deadline: float | None = None) -> None:
         """Stop the rounds, then run a last one: what the stages stopped before it wrote."""
@@ -58,3 +102,28 @@ class SessionRefresher(BackgroundWorker):
             except Exception as exc:
                 if not self._store.health.absorb(exc, "sessions"):
                     log.exception("computing the sessions at stop failed")
+
+
+def sessions_of(rows: Sequence[dict[str, object]]) -> list[Session]:
+    """`Store.session_turns` rows (in order) as sessions."""
+    grouped: dict[tuple[str, str], list[Turn]] = {}
+    for row in rows:
+        key = (str(row["session_id"]), str(row["service_name"]))
+        grouped.setdefault(key, []).append(
+            Turn(
+                trace_id=str(row["trace_id"]),
+                root_span_id=row["root_span_id"],  # type: ignore[arg-type]
+                start_time=row["start_time"],  # type: ignore[arg-type]
+                end_time=row["end_time"],  # type: ignore[arg-type]
+                question=row["question"],  # type: ignore[arg-type]
+                revision=int(row["revision"]),  # type: ignore[call-overload]
+                failing=tuple(row["failing"]),  # type: ignore[arg-type]
+            )
+        )
+    return [Session(key[0], key[1], tuple(turns)) for key, turns in grouped.items()]
+
+
+def _columns(rows: Sequence[dict[str, object]], names: Sequence[str]) -> dict[str, list[object]]:
+    """Row dicts as the columns `Table.arrow_table` takes (a column no row has is left out)."""
+    present = {key for row in rows for key in row}
+    return {name: [row.get(name) for row in rows] for name in names if name in present}

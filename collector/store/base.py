@@ -279,6 +279,23 @@ class SessionRollups(StoreRole):
         refresh recorded (at start: what a process that stopped before its refresh left). Returns
         how many sessions were computed."""
 
+    @abstractmethod
+    def sessions_to_score(self, idle_timeout: float, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` sessions (session id, service) that ended (no turn for `idle_timeout`
+        seconds) and lack session-level scores of their current state, the longest ended first."""
+
+    @abstractmethod
+    def session_turns(self, keys: Sequence[tuple[str, str]]) -> list[dict[str, object]]:
+        """The turns of these sessions in order: `session_id, service_name, trace_id, root_span_id,
+        start_time, end_time, question, revision, failing` (its failing scores' names)."""
+
+    @abstractmethod
+    def write_session_scores(
+        self, keys: Sequence[tuple[str, str]], scores: pa.Table, scored: pa.Table
+    ) -> None:
+        """In one transaction: replace the session-level scores of these sessions with `scores`
+        (aggregates kept in step), and record them as scored (`scored` rows of `scored_sessions`)."""
+
 
 class AlertLog(SqlReads):
     """Monitoring's: alert states, events and their notifications (the webhook exporter delivers

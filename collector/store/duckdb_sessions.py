@@ -12,14 +12,15 @@ computes again the sessions whose turns were assembled or scored since the last 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.store.duckdb_rows import registered
+from collector.store.duckdb_rows import insert_rows, quoted, registered
+from collector.store.reads.predicates import OUR_EVALUATORS
 from collector.store.schema_sql import refresh_session_rollups_sql
 
 SessionKey = tuple[str, str]  # (session_id, service_name)
@@ -102,8 +103,87 @@ def refresh_round(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey], ca
 
 def refresh(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) -> None:
     """Compute these sessions' rows again (inside the caller's transaction)."""
-    pairs = list(keys)
-    sessions, services = [k[0] for k in pairs], [k[1] for k in pairs]
-    table = pa.table([pa.array(sessions, pa.string()), pa.array(services, pa.string())], schema=_KEYS_SCHEMA)
-    with registered(con, _KEYS, table):
+    with registered(con, _KEYS, _keys_table(keys)):
         con.execute(refresh_session_rollups_sql(f"SELECT session_id, service_name FROM {_KEYS}"))
+
+
+# ------------------------------------------------------------------ session-level scores
+
+
+def sessions_to_score(con: duckdb.DuckDBPyConnection, idle_timeout: float, limit: int) -> list[SessionKey]:
+    """Sessions that ended (no turn for `idle_timeout` seconds) and were not scored since their last
+    activity (a later turn, or a late span that changed a turn, makes them due again; retention
+    deleting turns does not: the aggregates keep what was counted), the longest ended first."""
+    idle = f"to_microseconds({round(idle_timeout * 1_000_000)})"
+    rows = con.execute(
+        "SELECT r.session_id, r.service_name FROM session_rollups r "
+        f"WHERE r.last_activity < now()::TIMESTAMP - {idle} AND NOT EXISTS (SELECT 1 FROM scored_sessions s "
+        "WHERE s.session_id = r.session_id AND s.service_name = r.service_name "
+        "AND s.last_activity >= r.last_activity) "
+        "ORDER BY r.last_activity, r.session_id, r.service_name LIMIT ?",
+        [limit],
+    ).fetchall()
+    return [(session_id, service) for session_id, service in rows]
+
+
+def session_turns(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) -> list[dict[str, object]]:
+    """The turns of these sessions in order, each with the names of its failing scores of
+    ragpulse's evaluators (not the session-level ones)."""
+    with registered(con, _KEYS, _keys_table(keys)):
+        return (
+            con.execute(
+                "SELECT t.session_id, t.service_name, t.trace_id, t.root_span_id, t.start_time, t.end_time, "
+                "t.question, coalesce(t.assembly_count, 1) AS revision, "
+                "coalesce((SELECT list(DISTINCT s.name ORDER BY s.name) FROM scores s "
+                "WHERE s.trace_id = t.trace_id AND s.status = 'fail' "
+                f"AND s.evaluator IN {OUR_EVALUATORS} AND s.level IS NULL), []) AS failing "
+                "FROM traces t WHERE (t.session_id, t.service_name) IN "
+                f"(SELECT session_id, service_name FROM {_KEYS}) AND t.probe IS NULL "
+                "ORDER BY t.session_id, t.service_name, t.start_time, t.trace_id"
+            )
+            .to_arrow_table()
+            .to_pylist()
+        )
+
+
+def replaced_session_scores(
+    con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey], aggregate_key: Sequence[str]
+) -> pa.Table:
+    """Delete the session-level scores these sessions had (on any of their turns), and the record
+    of their scoring; returns the aggregate keys those scores counted in, to be recomputed."""
+    with registered(con, _KEYS, _keys_table(keys)):
+        of_sessions = (
+            "level = 'session' AND trace_id IN (SELECT trace_id FROM traces WHERE (session_id, service_name) "
+            f"IN (SELECT session_id, service_name FROM {_KEYS}))"
+        )
+        affected = con.execute(
+            f"SELECT DISTINCT {quoted(aggregate_key)} FROM scores WHERE {of_sessions}"
+        ).to_arrow_table()
+        con.execute(f"DELETE FROM scores WHERE {of_sessions}")
+        con.execute(
+            "DELETE FROM scored_sessions WHERE (session_id, service_name) IN "
+            f"(SELECT session_id, service_name FROM {_KEYS})"
+        )
+    return affected
+
+
+def record_scored(con: duckdb.DuckDBPyConnection, scored: pa.Table) -> None:
+    """The sessions just scored (`scored_sessions` rows)."""
+    insert_rows(con, "scored_sessions", scored)
+
+
+def forget_scored(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) -> None:
+    """These sessions are to be scored again when they end (a turn of theirs was replaced)."""
+    with registered(con, _KEYS, _keys_table(keys)):
+        con.execute(
+            "DELETE FROM scored_sessions WHERE (session_id, service_name) IN "
+            f"(SELECT session_id, service_name FROM {_KEYS})"
+        )
+
+
+def _keys_table(keys: Iterable[SessionKey]) -> pa.Table:
+    pairs = list(keys)
+    return pa.table(
+        [pa.array([k[0] for k in pairs], pa.string()), pa.array([k[1] for k in pairs], pa.string())],
+        schema=_KEYS_SCHEMA,
+    )

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.schema.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY
@@ -337,7 +338,9 @@ class DuckDBStore(Store):
         touched = sessions.keys_of_rows(tables.traces)
         if replace:
             with registered(con, _IDS, ids_table(replace)):
-                touched |= sessions.keys_of_traces(con, _IDS)  # a late span may change the session
+                replaced = sessions.keys_of_traces(con, _IDS)  # a late span may change the session
+                sessions.forget_scored(con, replaced)  # their session scores are given again
+                touched |= replaced
                 affected = con.execute(
                     f"SELECT DISTINCT {quoted(self.aggregate_key)} FROM scores "
                     f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
@@ -541,11 +544,32 @@ class DuckDBStore(Store):
 
     def refresh_sessions(self, catch_up: float | None = None) -> int:
         keys = self._touched.take()
+        if not keys and catch_up is None:
+            return 0  # nothing written since: no transaction (on a lake, a round of the catalog)
         try:
             return self._write(lambda con: sessions.refresh_round(con, keys, catch_up), self._sessions_lock)
         except BaseException:
             self._touched.add(keys)  # computed by the next refresh
             raise
+
+    def sessions_to_score(self, idle_timeout: float, limit: int) -> list[sessions.SessionKey]:
+        with self._cursor() as con:
+            return sessions.sessions_to_score(con, idle_timeout, limit)
+
+    def session_turns(self, keys: Sequence[sessions.SessionKey]) -> list[dict[str, object]]:
+        with self._cursor() as con:
+            return sessions.session_turns(con, keys)
+
+    def write_session_scores(
+        self, keys: Sequence[sessions.SessionKey], scores: pa.Table, scored: pa.Table
+    ) -> None:
+        def body(con: duckdb.DuckDBPyConnection) -> None:
+            affected = sessions.replaced_session_scores(con, keys, self.aggregate_key)
+            slices = judging.slices_of(con, pc.unique(scores["trace_id"]), self.dimensions)
+            self._insert_scores(con, scores, affected, slices)
+            sessions.record_scored(con, scored)
+
+        self._write(body)
 
     # ---------------------------------------------------------------- probe runs
 

@@ -22,6 +22,7 @@ from collector.schema.tables import (
     FEEDBACK,
     PROBE_RUNS,
     SCORE_AGGREGATES,
+    SCORED_SESSIONS,
     SCORES,
     SESSION_ROLLUPS,
     SPAN_EVENTS,
@@ -33,7 +34,7 @@ from collector.schema.tables import (
 from collector.store.schema_sql import (
     EVERY_RECEIVED_EVENT,
     EVERY_SCORE,
-    FILL_SESSION_ROLLUPS,
+    FILL_SESSION_ROLLUPS_13,
     SESSIONS_VIEW,
     SPAN_EVENTS_VIEW,
     SPANS_VIEW,
@@ -297,7 +298,12 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "sessions kept as they change: session_rollups, read by the sessions view",
         # Computed once here for the sessions stored so far; then the sessions refresher computes a
         # session again after each write that touches one of its turns.
-        "\n".join((create_tables(13, SESSION_ROLLUPS), FILL_SESSION_ROLLUPS, SESSIONS_VIEW)),
+        "\n".join((create_tables(13, SESSION_ROLLUPS), FILL_SESSION_ROLLUPS_13, SESSIONS_VIEW)),
+    ),
+    (
+        14,
+        "session-level scores: scores.level, and the sessions scored",
+        add_columns(SCORES, "level") + "\n" + create_tables(14, SCORED_SESSIONS),
     ),
 ]
 

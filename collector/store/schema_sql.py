@@ -146,7 +146,8 @@ def sessions_select(idle_timeout: float) -> str:
     """The SELECT of the `sessions` view: `session_rollups` with each session's status now."""
     if not idle_timeout > 0:
         raise ValueError("idle_timeout: seconds, more than 0")
-    idle = f"INTERVAL {round(idle_timeout * 1_000_000)} MICROSECOND"
+    # `to_microseconds`: an INTERVAL literal holds at most 2^31 - 1 microseconds (36 minutes).
+    idle = f"to_microseconds({round(idle_timeout * 1_000_000)})"
     return (
         "SELECT session_id, service_name, user_id, turns, started_at, last_activity,\n"
         f"    CASE WHEN last_activity < now()::TIMESTAMP - {idle} THEN 'ended' ELSE 'open' END AS status,\n"
@@ -155,13 +156,15 @@ def sessions_select(idle_timeout: float) -> str:
     )
 
 
-def session_rollup_select(keys: str | None = None) -> str:
+def session_rollup_select(keys: str | None = None, session_level: bool = True) -> str:
     """The rows of `session_rollups` (but `refreshed_at`) computed from `traces` and `scores`: the
     turns and their times from `traces` (the app's own traffic with a session id), the scores
     given by ragpulse's own evaluators. `keys`: a query of `(session_id, service_name)` rows (SQL,
     already validated or quoted): only those sessions are computed, every turn of theirs counted;
-    None: every session (the migration that made the table)."""
+    None: every session (the migration that made the table). Session-level scores (`level`, schema
+    14; `session_level` false before it) are left out: a session's figures are its turns'."""
     narrowed, of_turns = "", ""
+    of_level = " AND level IS NULL" if session_level else ""
     if keys is not None:
         narrowed = f" AND (session_id, service_name) IN ({keys})"
         of_turns = "\n        AND trace_id IN (SELECT trace_id FROM turns)"
@@ -176,7 +179,7 @@ def session_rollup_select(keys: str | None = None) -> str:
 ), applied AS (
     -- ragpulse's own scores that applied: people's and apps' scores make no turn fail
     SELECT trace_id, name, value, status FROM scores
-    WHERE evaluator IN {OUR_EVALUATORS} AND status IN ('pass', 'fail'){of_turns}
+    WHERE evaluator IN {OUR_EVALUATORS} AND status IN ('pass', 'fail'){of_level}{of_turns}
 ), per_trace AS (
     SELECT trace_id, bool_or(status = 'fail') AS failed, sum(value) AS total, count(value) AS n
     FROM applied GROUP BY trace_id
@@ -210,12 +213,12 @@ def refresh_session_rollups_sql(keys: str) -> str:
     return f"{delete}\n{fill_session_rollups(keys)}"
 
 
-def fill_session_rollups(keys: str | None = None) -> str:
+def fill_session_rollups(keys: str | None = None, session_level: bool = True) -> str:
     """Add the rows of these sessions (`session_rollup_select`'s `keys`), computed now."""
-    rows = session_rollup_select(keys)
+    rows = session_rollup_select(keys, session_level)
     return f"INSERT INTO session_rollups SELECT *, now()::TIMESTAMP AS refreshed_at FROM ({rows});"
 
 
 SESSIONS_VIEW = sessions_view()
 # The rollups of every session, computed once (the migration that made `session_rollups`).
-FILL_SESSION_ROLLUPS = fill_session_rollups()
+FILL_SESSION_ROLLUPS_13 = fill_session_rollups(session_level=False)

@@ -105,9 +105,10 @@ def turns_sql(session_id: str, service: str) -> str:
 
 def turn_scores_sql(session_id: str, service: str) -> str:
     """The scores of the session's turns (every evaluator's; `ours`: whether it counts toward the
-    session's failed turns and means), by trace and name."""
+    session's failed turns and means; `level`: `session` for the session-level scores, on its last
+    turn), by trace and name."""
     return (
-        "SELECT trace_id, name, value, status, evaluator, "
-        f"coalesce(evaluator IN {OUR_EVALUATORS}, false) AS ours FROM scores "
+        "SELECT trace_id, name, value, status, evaluator, level, "
+        f"coalesce(evaluator IN {OUR_EVALUATORS} AND level IS NULL, false) AS ours FROM scores "
         f"WHERE trace_id IN ({_turns(session_id, service)}) ORDER BY trace_id, name, span_id"
     )

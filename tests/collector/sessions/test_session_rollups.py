@@ -99,6 +99,8 @@ def test_assembled_turns_count_at_the_next_refresh(tmp_path: Path) -> None:
         assert store.refresh_sessions() == 2
         assert sessions(store) == [("s1", "shop", 3, 1, 0.5), ("s1", "shop-2", 1, 0, None)]
         assert store.refresh_sessions() == 0  # nothing written since
+        store.define_sessions_view(7 * 86400)  # a week: more than an INTERVAL literal holds
+        assert store.query("SELECT DISTINCT status FROM sessions", 10, 10).rows == [("open",)]
 
 
 def test_the_judges_scores_a_late_span_and_deletions_change_the_session(tmp_path: Path) -> None:

@@ -165,14 +165,15 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
     (The write-back events are not inlined: DuckLake 1.5.5 fails to flush rows inlined in a table
     after it was renamed, which only this simulation of the old schema does.)"""
     with lake_store(lake, "r1") as store, store._cursor() as con:
-        con.execute("DROP VIEW sessions")  # schemas 12 and 13
+        con.execute("DROP VIEW sessions")  # schemas 12 to 14
         con.execute("DROP TABLE session_rollups")
+        con.execute("DROP TABLE scored_sessions")
         for table, column in (
             ("traces", "user_id"), ("traces", "probe"), ("traces", "probe_run"), ("scores", "probe"),
             ("score_aggregate_parts", "probe"), ("alerts", "slice"), ("alert_events", "slice"),
             ("traces", "tool_calls"), ("traces", "tool_errors"), ("traces", "retrieval_rounds"),
             ("traces", "llm_calls"), ("steps", "tool_name"), ("steps", "result_size"),
-            ("traces", "response_ids"), ("scores", "source"), ("scores", "feedback_id"),
+            ("traces", "response_ids"), ("scores", "source"), ("scores", "feedback_id"), ("scores", "level"),
         ):  # fmt: skip
             con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         con.execute("DROP TABLE probe_runs")
@@ -222,6 +223,8 @@ def test_a_lake_of_schema_11_gains_the_user_column_and_the_sessions_view(lake: d
     with lake_store(lake, "r1") as store, store._cursor() as con:
         con.execute("DROP VIEW sessions")
         con.execute("DROP TABLE session_rollups")
+        con.execute("DROP TABLE scored_sessions")
+        con.execute("ALTER TABLE scores DROP COLUMN level")
         con.execute("ALTER TABLE traces DROP COLUMN user_id")
         con.execute("DELETE FROM ragpulse_schema WHERE version >= 12")
         con.execute(

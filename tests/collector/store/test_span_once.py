@@ -211,16 +211,18 @@ def test_a_lake_of_schema_9_keeps_its_rows_and_shows_each_span_once(
         con.execute("DROP VIEW spans")
         con.execute("ALTER TABLE received_spans RENAME TO spans")
         con.execute(span_events_view(EVERY_RECEIVED_EVENT))
-        # (and without what schemas 11 to 13 added)
+        # (and without what schemas 11 to 14 added)
         con.execute("DROP TABLE feedback")
         con.execute("DROP TABLE annotations")
         con.execute("DROP VIEW sessions")
         con.execute("DROP TABLE session_rollups")
+        con.execute("DROP TABLE scored_sessions")
         dropped = (
             ("traces", "response_ids"),
             ("scores", "source"),
             ("scores", "feedback_id"),
             ("traces", "user_id"),
+            ("scores", "level"),
         )
         for table, column in dropped:
             con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
