@@ -99,7 +99,7 @@ def time_refresh(db: Path, counts: list[int], repeat: int) -> None:
     a round costs when that many sessions had a new turn or score since the last."""
     rng = random.Random(2)
     with DuckDBStore(db) as store:
-        keys = store.query("SELECT session_id, service_name FROM session_rollups", 10**7, 600).rows
+        keys = store.query("SELECT session_id, service_name FROM sessions", 10**7, 600).rows
         for count in counts:
             times = []
             for _ in range(repeat):

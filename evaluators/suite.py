@@ -198,9 +198,7 @@ def case_trace(case: SuiteCase, answer: str | None = None) -> RagTrace:
         case_id=case.name,
         expected_documents=case.expected_documents,
         expected_answer=case.expected,
-        conversation=[
-            ConversationTurn(question=t.question, answer=t.answer) for t in case.conversation or []
-        ],
+        conversation=_conversation(case),
     )
 
 
@@ -251,7 +249,13 @@ def _trace_of(case: SuiteCase, load_trace: TraceLoader | None, generate: Generat
         update["expected_documents"] = case.expected_documents
     if case.question is not None:
         update["question"] = case.question
+    if case.conversation:
+        update["conversation"] = _conversation(case)
     return trace.model_copy(update=update)
+
+
+def _conversation(case: SuiteCase) -> list[ConversationTurn]:
+    return [ConversationTurn(question=t.question, answer=t.answer) for t in case.conversation or []]
 
 
 def generation_messages(model: GenerationModel, case: SuiteCase) -> list[dict[str, str]]:

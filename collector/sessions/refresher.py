@@ -17,9 +17,11 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import pyarrow as pa
+
 from collector.background import BackgroundWorker
 from collector.lifecycle import remaining
-from collector.schema.tables import SCORED_SESSIONS, SCORES
+from collector.schema.tables import SCORES
 from collector.sessions.config import SessionsConfig
 from collector.sessions.scores import Session, Turn, session_score_rows
 from collector.store.base import SessionRollups
@@ -69,29 +71,26 @@ class SessionRefresher(BackgroundWorker):
         return computed
 
     def score_ended(self) -> int:
-        """Give the sessions that ended their session-level scores; returns how many were scored."""
+        """Give the sessions that ended their session-level scores; returns how many were scored
+        (a session whose turns changed between the read and the write waits for the next look)."""
         keys = self._store.sessions_to_score(self._config.idle_timeout, SCORED_PER_ROUND)
         if not keys:
             return 0
         found = sessions_of(self._store.session_turns(keys))
         now = datetime.now(UTC).replace(tzinfo=None)
         rows = [row for session in found for row in session_score_rows(session, now)]
-        scored = [
+        checks = pa.table(
             {
-                "session_id": s.session_id,
-                "service_name": s.service_name,
-                "last_activity": s.last_activity,
-                "turns": len(s.turns),
-                "scored_at": now,
+                "session_id": pa.array([s.session_id for s in found], pa.string()),
+                "service_name": pa.array([s.service_name for s in found], pa.string()),
+                "turns": pa.array([len(s.turns) for s in found], pa.int64()),
+                "last_activity": pa.array([s.last_activity for s in found], pa.timestamp("us")),
+                "revisions": pa.array([sum(t.revision for t in s.turns) for s in found], pa.int64()),
+                "last_trace_id": pa.array([s.turns[-1].trace_id for s in found], pa.string()),
             }
-            for s in found
-        ]
-        self._store.write_session_scores(
-            keys,
-            SCORES.arrow_table(_columns(rows, SCORES.column_names), len(rows)),
-            SCORED_SESSIONS.arrow_table(_columns(scored, SCORED_SESSIONS.column_names), len(scored)),
         )
-        return len(found)
+        scores = SCORES.arrow_table(_columns(rows, SCORES.column_names), len(rows))
+        return self._store.write_session_scores(keys, checks, scores)
 
     def stop(self, deadline: float | None = None) -> None:
         """Stop the rounds, then run a last one: what the stages stopped before it wrote."""

@@ -291,10 +291,13 @@ class SessionRollups(StoreRole):
 
     @abstractmethod
     def write_session_scores(
-        self, keys: Sequence[tuple[str, str]], scores: pa.Table, scored: pa.Table
-    ) -> None:
-        """In one transaction: replace the session-level scores of these sessions with `scores`
-        (aggregates kept in step), and record them as scored (`scored` rows of `scored_sessions`)."""
+        self, keys: Sequence[tuple[str, str]], checks: pa.Table, scores: pa.Table
+    ) -> int:
+        """In one transaction: of the sessions `keys` asked for, those still as they were read
+        (`checks`: `session_id, service_name, turns, last_activity, revisions, last_trace_id`) get
+        `scores` (on their last turns) in place of their session-level scores (aggregates kept in
+        step) and are recorded as scored; those with no turn left lose their `sessions` row.
+        Returns how many sessions were scored."""
 
 
 class AlertLog(SqlReads):

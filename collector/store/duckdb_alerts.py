@@ -1,5 +1,5 @@
 """Monitoring's rows in a DuckDB database (both backends): alert states with their events and
-notifications, and the notifications' delivery."""
+notifications, the notifications' delivery, and probe runs."""
 
 from __future__ import annotations
 
@@ -50,3 +50,21 @@ def update_notification(
         "last_error = ? WHERE event_id = ? AND webhook = ?",
         [attempts, delivered_at, next_attempt_at, error, event_id, webhook],
     )
+
+
+def write_probe_run(con: duckdb.DuckDBPyConnection, run: pa.Table) -> None:
+    """Store a probe run's row, replacing the row of the same run (a run is written when it starts
+    and again when it finished)."""
+    with registered(con, "_probe_runs", run):
+        con.execute("DELETE FROM probe_runs WHERE run_id IN (SELECT run_id FROM _probe_runs)")
+    insert_rows(con, "probe_runs", run)
+
+
+def read_probe_runs(con: duckdb.DuckDBPyConnection, probe: str | None, limit: int | None) -> pa.Table:
+    """Probe runs, the latest first (of one probe; at most `limit`)."""
+    where = "WHERE probe = ?" if probe is not None else ""
+    bound = "LIMIT ?" if limit is not None else ""
+    params = [v for v in (probe, limit) if v is not None]
+    return con.execute(
+        f"SELECT * FROM probe_runs {where} ORDER BY started_at DESC, run_id {bound}", params
+    ).to_arrow_table()

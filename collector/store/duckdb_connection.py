@@ -47,7 +47,9 @@ def connect(
     if read_only and not path.exists():
         raise StoreError(f"database file {path} does not exist")
     try:
-        return duckdb.connect(str(path), read_only=read_only, config=_connection_config(config, read_only))
+        return in_utc(
+            duckdb.connect(str(path), read_only=read_only, config=_connection_config(config, read_only))
+        )
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise StoreLocked(f"database file {path} is in use by another process") from None
@@ -56,6 +58,16 @@ def connect(
     except duckdb.Error as exc:
         message = None if read_only else wal_replay_message(path, str(exc))
         raise StoreError(message or f"cannot open database file {path}: {exc}") from None
+
+
+def in_utc(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """The connection's database with `now()` and timestamp casts in UTC, as every stored time is
+    (naive UTC): DuckDB otherwise follows the machine's time zone, and `now()::TIMESTAMP` would be
+    local time (a session's status, the sessions refresher, the judge's `scored_at`). Global, so the
+    cursors every store operation opens have it too; set after connecting, since the setting needs
+    ICU, which is loaded with the database and not through the (disabled) extension autoloading."""
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
+    return con
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:

@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.store.duckdb_rows import insert_rows, quoted, registered
+from collector.store.duckdb_rows import quoted, registered
 from collector.store.reads.predicates import OUR_EVALUATORS
 from collector.store.schema_sql import refresh_session_rollups_sql
 
@@ -101,8 +101,19 @@ def refresh_round(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey], ca
     return len(todo)
 
 
+def take_turn(con: duckdb.DuckDBPyConnection) -> None:
+    """Replace the marker row of `session_rollups` (all keys null; the view leaves it out), inside
+    the caller's transaction. Every transaction that writes session rows or session scores does, so
+    that two of them at once (replicas of a lake) conflict and the later is retried on a snapshot
+    with the other's writes: DuckLake sees no conflict between two DELETEs that removed nothing and
+    their INSERTs, which left a new session with two rows, each missing the other's turn."""
+    con.execute("DELETE FROM session_rollups WHERE session_id IS NULL")
+    con.execute("INSERT INTO session_rollups (refreshed_at) VALUES (now()::TIMESTAMP)")
+
+
 def refresh(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) -> None:
     """Compute these sessions' rows again (inside the caller's transaction)."""
+    take_turn(con)
     with registered(con, _KEYS, _keys_table(keys)):
         con.execute(refresh_session_rollups_sql(f"SELECT session_id, service_name FROM {_KEYS}"))
 
@@ -111,15 +122,19 @@ def refresh(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) -> None:
 
 
 def sessions_to_score(con: duckdb.DuckDBPyConnection, idle_timeout: float, limit: int) -> list[SessionKey]:
-    """Sessions that ended (no turn for `idle_timeout` seconds) and were not scored since their last
-    activity (a later turn, or a late span that changed a turn, makes them due again; retention
-    deleting turns does not: the aggregates keep what was counted), the longest ended first."""
+    """Sessions that ended (no turn for `idle_timeout` seconds), none of whose turns waits for the
+    judge, and that were not scored since their last activity with as many turns (a later or
+    delayed turn, or a late span that changed a turn, makes them due again; retention deleting
+    turns does not: the aggregates keep what was counted), the longest ended first."""
     idle = f"to_microseconds({round(idle_timeout * 1_000_000)})"
     rows = con.execute(
         "SELECT r.session_id, r.service_name FROM session_rollups r "
-        f"WHERE r.last_activity < now()::TIMESTAMP - {idle} AND NOT EXISTS (SELECT 1 FROM scored_sessions s "
+        f"WHERE r.session_id IS NOT NULL AND r.last_activity < now()::TIMESTAMP - {idle} "
+        "AND NOT EXISTS (SELECT 1 FROM scored_sessions s "
         "WHERE s.session_id = r.session_id AND s.service_name = r.service_name "
-        "AND s.last_activity >= r.last_activity) "
+        "AND s.last_activity >= r.last_activity AND s.turns >= r.turns) "
+        "AND NOT EXISTS (SELECT 1 FROM traces t WHERE t.judge_status = 'pending' AND t.probe IS NULL "
+        "AND t.session_id = r.session_id AND t.service_name = r.service_name) "
         "ORDER BY r.last_activity, r.session_id, r.service_name LIMIT ?",
         [limit],
     ).fetchall()
@@ -167,9 +182,58 @@ def replaced_session_scores(
     return affected
 
 
+def unchanged(con: duckdb.DuckDBPyConnection, checks: pa.Table) -> pa.Table:
+    """Of the sessions as they were read to be scored (`checks`: `session_id, service_name, turns,
+    last_activity, revisions` (their turns' assembly counts summed), `last_trace_id`), those whose
+    turns are still the same (`session_id, service_name, last_trace_id, last_activity, turns`): a
+    turn that came, went or was assembled again since makes the scores read from them stale."""
+    with registered(con, "_checks", checks):
+        return con.execute(
+            "WITH now_stored AS (SELECT session_id, service_name, count(*) AS turns, "
+            "max(coalesce(end_time, start_time)) AS last_activity, "
+            "sum(coalesce(assembly_count, 1)) AS revisions, "
+            "last(trace_id ORDER BY start_time, trace_id) AS last_trace_id "
+            "FROM traces WHERE probe IS NULL AND (session_id, service_name) IN "
+            "(SELECT session_id, service_name FROM _checks) GROUP BY ALL) "
+            "SELECT c.session_id, c.service_name, c.last_trace_id, c.last_activity, c.turns "
+            "FROM _checks c JOIN now_stored n USING (session_id, service_name) "
+            "WHERE n.turns = c.turns AND n.last_activity = c.last_activity "
+            "AND n.revisions = c.revisions AND n.last_trace_id = c.last_trace_id"
+        ).to_arrow_table()
+
+
+def replace_session_scores(
+    con: duckdb.DuckDBPyConnection,
+    keys: Iterable[SessionKey],
+    checks: pa.Table,
+    scores: pa.Table,
+    aggregate_key: Sequence[str],
+) -> tuple[pa.Table, pa.Table | None, pa.Table]:
+    """The first part of writing session-level scores (`Store.write_session_scores`), inside its
+    transaction: the sessions still as read (`unchanged`), their scores of `scores` to insert (None:
+    none is), and the aggregate keys their earlier session scores, deleted here, counted in. The
+    sessions asked for that had no turn left lose their `sessions` row."""
+    take_turn(con)
+    scored = unchanged(con, checks)
+    found = set(zip(checks["session_id"].to_pylist(), checks["service_name"].to_pylist(), strict=True))
+    gone = set(keys) - found
+    if gone:  # retention took every turn: the row goes, nothing is scored
+        refresh(con, gone)
+    if not scored.num_rows:
+        return scored, None, pa.table({})
+    current = zip(scored["session_id"].to_pylist(), scored["service_name"].to_pylist(), strict=True)
+    affected = replaced_session_scores(con, list(current), aggregate_key)
+    kept = scores.filter(pc.is_in(scores["trace_id"], value_set=scored["last_trace_id"].combine_chunks()))
+    return scored, kept, affected
+
+
 def record_scored(con: duckdb.DuckDBPyConnection, scored: pa.Table) -> None:
-    """The sessions just scored (`scored_sessions` rows)."""
-    insert_rows(con, "scored_sessions", scored)
+    """The sessions just scored (`unchanged`'s rows)."""
+    with registered(con, "_scored", scored):
+        con.execute(
+            "INSERT INTO scored_sessions BY NAME SELECT session_id, service_name, last_activity, turns, "
+            "now()::TIMESTAMP AS scored_at FROM _scored"
+        )
 
 
 def forget_scored(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) -> None:

@@ -561,34 +561,28 @@ class DuckDBStore(Store):
             return sessions.session_turns(con, keys)
 
     def write_session_scores(
-        self, keys: Sequence[sessions.SessionKey], scores: pa.Table, scored: pa.Table
-    ) -> None:
-        def body(con: duckdb.DuckDBPyConnection) -> None:
-            affected = sessions.replaced_session_scores(con, keys, self.aggregate_key)
-            slices = judging.slices_of(con, pc.unique(scores["trace_id"]), self.dimensions)
-            self._insert_scores(con, scores, affected, slices)
-            sessions.record_scored(con, scored)
+        self, keys: Sequence[sessions.SessionKey], checks: pa.Table, scores: pa.Table
+    ) -> int:
+        def body(con: duckdb.DuckDBPyConnection) -> int:
+            scored, kept, affected = sessions.replace_session_scores(
+                con, keys, checks, scores, self.aggregate_key
+            )
+            if kept is not None:
+                slices = judging.slices_of(con, pc.unique(kept["trace_id"]), self.dimensions)
+                self._insert_scores(con, kept, affected, slices)
+                sessions.record_scored(con, scored)
+            return scored.num_rows
 
-        self._write(body)
+        return self._write(body)
 
     # ---------------------------------------------------------------- probe runs
 
     def write_probe_run(self, run: pa.Table) -> None:
-        def body(con: duckdb.DuckDBPyConnection) -> None:
-            with registered(con, "_probe_runs", run):
-                con.execute("DELETE FROM probe_runs WHERE run_id IN (SELECT run_id FROM _probe_runs)")
-            insert_rows(con, "probe_runs", run)
-
-        self._write(body, self._monitoring_lock)
+        self._write(lambda con: alerts.write_probe_run(con, run), self._monitoring_lock)
 
     def read_probe_runs(self, probe: str | None = None, limit: int | None = None) -> pa.Table:
-        where = "WHERE probe = ?" if probe is not None else ""
-        bound = "LIMIT ?" if limit is not None else ""
-        params = [v for v in (probe, limit) if v is not None]
         with self._cursor() as con:
-            return con.execute(
-                f"SELECT * FROM probe_runs {where} ORDER BY started_at DESC, run_id {bound}", params
-            ).to_arrow_table()
+            return alerts.read_probe_runs(con, probe, limit)
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -19,7 +19,7 @@ import duckdb
 from collector.schema.tables import ALL_TABLES, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES
 from collector.store.base import StoreError
 from collector.store.config import StoreConfig
-from collector.store.duckdb_connection import migrate, schema_version
+from collector.store.duckdb_connection import in_utc, migrate, schema_version
 from collector.store.duckdb_rows import quoted
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.reads.predicates import sql_string
@@ -95,7 +95,7 @@ def open_lake(config: StoreConfig, read_only: bool) -> duckdb.DuckDBPyConnection
         settings["threads"] = config.threads
     if not read_only and "://" not in config.data_path:
         Path(config.data_path).mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(":memory:", config=settings)
+    con = in_utc(duckdb.connect(":memory:", config=settings))
     try:
         for module_name, extension in EXTENSIONS:
             con.execute(f"LOAD {sql_string(str(extension_path(module_name, extension)))}")

@@ -303,7 +303,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (
         14,
         "session-level scores: scores.level, and the sessions scored",
-        add_columns(SCORES, "level") + "\n" + create_tables(14, SCORED_SESSIONS),
+        # The sessions stored before count as scored: their scores would land in old minutes'
+        # aggregates (re-scoring history is `ragpulse rescore`'s to do).
+        add_columns(SCORES, "level")
+        + "\n"
+        + create_tables(14, SCORED_SESSIONS)
+        + "\nINSERT INTO scored_sessions SELECT session_id, service_name, last_activity, turns, "
+        "now()::TIMESTAMP FROM session_rollups WHERE session_id IS NOT NULL;",
     ),
 ]
 

@@ -152,7 +152,7 @@ def sessions_select(idle_timeout: float) -> str:
         "SELECT session_id, service_name, user_id, turns, started_at, last_activity,\n"
         f"    CASE WHEN last_activity < now()::TIMESTAMP - {idle} THEN 'ended' ELSE 'open' END AS status,\n"
         "    failed_turns, mean_score, score_means, score_fails\n"
-        "FROM session_rollups"
+        "FROM session_rollups WHERE session_id IS NOT NULL"
     )
 
 

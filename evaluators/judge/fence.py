@@ -258,7 +258,7 @@ def fence_inputs(
     clip = clip_documents(documents, max_document_chars=max_document_chars, max_total_chars=max_total_chars)
     singles = {"question": question, "answer": answer, "reference": reference}
     texts = {kind: neutralize(text) for kind, text in singles.items() if text is not None}
-    turns = [_turn(q, a) for q, a in conversation]
+    turns = [_turn(q, a) for q, a in conversation if q or a]
     # The token must occur nowhere in the prompt: not in the original texts nor ids, nor in their
     # JSON form (escapes add digits).
     unfenced = FencedInputs(Fence(""), clip, texts, turns)

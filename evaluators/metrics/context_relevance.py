@@ -127,6 +127,9 @@ def _build(name: str, min: float | None, options: ContextRelevanceOptions) -> Ev
 # --------------------------------------------------------------------------- judge
 
 CONTEXT_RELEVANCE_VERSION = "context_relevance/4"
+# After the version when a follow-up turn was judged against the question the app searched with
+# (the same prompt, another question: agreement and calibration keep the two apart).
+SEARCHED_VERSION = "+searched/1"
 
 CONTEXT_RELEVANCE_PROMPT = f"""\
 Rate whether each retrieved document is relevant to the question: it contains information that helps \
@@ -219,7 +222,8 @@ def make_judge_context_relevance(
             return gate
         # Retrieval is judged against what the app searched with: its rewritten, standalone question
         # when it rewrote the user's words, else the question read in the light of the conversation.
-        searched = rewritten_question(trace)
+        # A follow-up turn only: a trace alone is judged against its question as before.
+        searched = rewritten_question(trace) if trace.conversation else None
         if searched is not None:
             fenced = fence_inputs(documents=documents(trace), question=searched)
         else:
@@ -229,7 +233,7 @@ def make_judge_context_relevance(
         asked = judge.per_document(
             context_relevance_messages(fenced, len(contexts)),
             ContextRelevanceVerdict,
-            CONTEXT_RELEVANCE_VERSION,
+            CONTEXT_RELEVANCE_VERSION + (SEARCHED_VERSION if searched is not None else ""),
             fenced,
             len(contexts),
         )

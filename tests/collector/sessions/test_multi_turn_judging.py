@@ -36,10 +36,11 @@ SHOES = "And for shoes?"
 SHOES_SEARCHED = "return policy for shoes"
 SHOES_ANSWER = "Shoes can be returned within 60 days."
 SOCKS = "And socks?"
+HATS, HATS_SEARCHED = "Do you sell hats?", "hats catalogue"
 POLICY = "Shirts can be returned within 30 days. Shoes can be returned within 60 days. Socks are final sale."
 
 
-def send(tracer: Any, session: str, question: str, searched: str, answer: str) -> str:
+def send(tracer: Any, session: str | None, question: str, searched: str, answer: str) -> str:
     """One turn through the SDK: the app searched with `searched` (its own rewrite, or the question)."""
     with emit.request(tracer, question) as request:
         with emit.retrieval(tracer, searched, data_source="kb", top_k=1) as step:
@@ -48,7 +49,8 @@ def send(tracer: Any, session: str, question: str, searched: str, answer: str) -
             chat.messages([{"role": "user", "content": question}])
             chat.output(answer, input_tokens=50, output_tokens=12)
         request.answer(answer)
-        trace.get_current_span().set_attribute("session.id", session)
+        if session is not None:
+            trace.get_current_span().set_attribute("session.id", session)
         return format(request.span.get_span_context().trace_id, "032x")
 
 
@@ -80,10 +82,11 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, 
                 send(tracer, "chat-1", SHIRTS, SHIRTS, SHIRTS_ANSWER),
                 send(tracer, "chat-1", SHOES, SHOES_SEARCHED, SHOES_ANSWER),
                 send(tracer, "chat-1", SOCKS, SOCKS, "Socks are final sale."),
+                send(tracer, None, HATS, HATS_SEARCHED, "We do not sell hats."),  # a request alone
             ]
             provider.shutdown()
             done = "SELECT count(*) AS n FROM traces WHERE judge_status = 'done'"
-            wait_for(lambda: sql(svc, done)[0]["n"], lambda n: n == 3, timeout=60, what="every turn judged")
+            wait_for(lambda: sql(svc, done)[0]["n"], lambda n: n == 4, timeout=60, what="every turn judged")
             yield svc, stub, sent
 
 
@@ -146,7 +149,14 @@ def test_retrieval_is_judged_against_the_question_the_app_searched_with(
         f"WHERE name = 'context_relevance' AND trace_id = '{sent[1]}'",
     )
     assert f"the question the app searched with: '{SHOES_SEARCHED}'" in row["explanation"]
-    assert row["prompt_version"] == "context_relevance/4"  # the same prompt, another question
+    assert row["prompt_version"] == "context_relevance/4+searched/1"  # the same prompt, another question
+    # A request that is no follow-up is judged against its question, whatever it searched with.
+    prompt, inputs = asked(stub, CONTEXT_RELEVANCE, HATS)
+    assert "conversation" not in inputs and CONVERSATION_RULE not in prompt
+    (row,) = sql(
+        svc, f"SELECT prompt_version FROM scores WHERE name = 'context_relevance' AND trace_id = '{sent[3]}'"
+    )
+    assert row["prompt_version"] == "context_relevance/4"
 
 
 def test_the_store_reads_the_turns_before_a_trace(tmp_path: Path) -> None:
@@ -185,6 +195,7 @@ def test_the_earlier_turns_are_cut_and_fenced() -> None:
         f"answer {MAX_TURN_CHARS}/{len(long_answer)}"
     ]
     assert second == {"answer": "&lt;data-9 hi"}
+    assert fence_inputs(question="Hm?", conversation=[(None, None), ("", "")]).conversation == []
     assert '"conversation"' not in fenced.message("question")  # only when asked for by its key
     # A judge prompt puts the conversation first, and its instructions say how to read it.
     system, user = (m["content"] for m in messages("Rate it.", fenced, "question"))

@@ -6,6 +6,9 @@ retention deletes turns); end to end through the real SDK with the idle timeout;
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -213,3 +216,67 @@ def test_a_session_that_ended_is_scored_and_written_back_end_to_end(tmp_path: Pa
         "session.repeated_question",
         "session.turns",
     ]
+
+
+class _TurnArrivesMeanwhile(DuckDBStore):
+    """A store where a turn is written between the read of a session's turns and its scores' write."""
+
+    def session_turns(self, keys: Sequence[tuple[str, str]]) -> list[dict[str, object]]:
+        turns = super().session_turns(keys)
+        write_turns(self, ["late"], ["One more thing"], failing=set(), start=20)
+        return turns
+
+
+def test_scores_read_from_turns_that_changed_meanwhile_are_not_written(tmp_path: Path) -> None:
+    with _TurnArrivesMeanwhile(tmp_path / "s.duckdb") as store:
+        write_turns(store, ["t1", "t2"], ["Shoes?", "Socks?"], failing=set())
+        store.refresh_sessions()
+        keeper = SessionRefresher(store, SessionsConfig(idle_timeout=600))
+        assert keeper.score_ended() == 0  # the session changed: nothing written
+        assert session_scores(store) == {}
+
+
+def test_a_session_waits_for_its_turns_judge_verdicts(tmp_path: Path) -> None:
+    with DuckDBStore(tmp_path / "s.duckdb") as store:
+        write_turns(store, ["t1", "t2"], ["Shoes?", "Socks?"], failing=set())
+        with store._cursor() as con:  # the judge has not given t2's verdicts yet
+            con.execute("UPDATE traces SET judge_status = 'pending' WHERE trace_id = 't2'")
+        store.refresh_sessions()
+        keeper = SessionRefresher(store, SessionsConfig(idle_timeout=600))
+        assert keeper.score_ended() == 0
+        with store._cursor() as con:
+            con.execute("UPDATE traces SET judge_status = 'done' WHERE trace_id = 't2'")
+        assert keeper.score_ended() == 1
+
+
+def test_a_session_whose_turns_are_all_gone_loses_its_row_and_is_not_scored(tmp_path: Path) -> None:
+    with DuckDBStore(tmp_path / "s.duckdb") as store:
+        write_turns(store, ["t1"], ["Shoes?"], failing=set())
+        store.refresh_sessions()
+        store.delete_traces(["t1"])  # and the process stops before its next refresh...
+        store._touched.take()
+        keeper = SessionRefresher(store, SessionsConfig(idle_timeout=600))
+        assert keeper.score_ended() == 0
+        assert session_scores(store) == {}
+        assert store.query("SELECT count(*) FROM sessions", 1, 10).rows == [(0,)]
+
+
+def test_times_are_utc_whatever_the_machines_time_zone(tmp_path: Path) -> None:
+    """Stored times are naive UTC; so must `now()` be in SQL (a session's status, the refresher)."""
+    script = (
+        "import sys\nfrom datetime import UTC, datetime\n"
+        "from collector.store.duckdb_store import DuckDBStore\n"
+        "with DuckDBStore(sys.argv[1]) as s:\n"
+        "    ((now,),) = s.query('SELECT now()::TIMESTAMP', 1, 5).rows\n"
+        "print(abs((now - datetime.now(UTC).replace(tzinfo=None)).total_seconds()))"
+    )
+    for zone in ("America/New_York", "Asia/Tokyo"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / f"{zone.replace('/', '-')}.duckdb")],
+            env={**os.environ, "TZ": zone},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert float(done.stdout) < 60, (zone, done.stdout)

@@ -222,10 +222,10 @@ def test_a_newer_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_version_11_file_gains_the_user_column_and_the_sessions_view(tmp_path: Path) -> None:
-    """Migrations 12 and 13: `traces.user_id` (null for rows stored before), and `sessions` over the
+    """Migrations 12 to 14: `traces.user_id` (null for rows stored before), and `sessions` over the
     rows already there (computed into `session_rollups` by 13): one row per session and service,
     its failed turn counted from ragpulse's own failing score only (a person's failing score makes
-    no turn fail)."""
+    no turn fail); the sessions already there are not given session-level scores (14)."""
     path = tmp_path / "v11.duckdb"
     con = file_at(path, 11)
     con.execute(
@@ -250,8 +250,11 @@ def test_a_version_11_file_gains_the_user_column_and_the_sessions_view(tmp_path:
             10,
             5,
         ).rows
+        # Migration 14: the sessions stored before count as scored (not scored into old minutes).
+        scored = store.query("SELECT session_id, turns FROM scored_sessions", 10, 5).rows
     assert version == [(LATEST_VERSION,)]
     assert users == [("t1", None), ("t2", None), ("t3", None)]
+    assert scored == [("s1", 2)]
     assert sessions == [
         (
             "s1",
