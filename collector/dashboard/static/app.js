@@ -101,7 +101,14 @@ const scope = {
 
 // ---------------------------------------------------------------- the API
 
-class ApiError extends Error {}
+/** An API answer other than 200: `status` (null: no answer) and `reason`, the server's own words. */
+class ApiError extends Error {
+  constructor(message, status = null, reason = null) {
+    super(message);
+    this.status = status;
+    this.reason = reason;
+  }
+}
 
 async function api(path, params) {
   const query = new URLSearchParams();
@@ -116,7 +123,8 @@ async function api(path, params) {
   let body = null;
   try { body = await response.json(); } catch (_) { /* reported below */ }
   if (!response.ok) {
-    throw new ApiError(`${url}: ${response.status} ${(body && body.error) || response.statusText}`);
+    const reason = (body && body.error) || response.statusText;
+    throw new ApiError(`${url}: ${response.status} ${reason}`, response.status, reason);
   }
   return body;
 }

@@ -126,19 +126,12 @@ async function sessionsPage(params) {
 /** GET /api/sessions/{id}: `{session, turns}`, or `{status, error}` for a 404 (no such session) and a
  * 400 (its id under several services, or a bad id); any other error is thrown, as `api` does. */
 async function fetchSession(sessionId, service) {
-  const url = `/api/sessions/${encodeURIComponent(sessionId)}${service ? `?service=${encodeURIComponent(service)}` : ""}`;
-  let response;
   try {
-    response = await fetch(url, { headers: { Accept: "application/json" } });
+    return await api(`sessions/${encodeURIComponent(sessionId)}`, { service });
   } catch (exc) {
-    throw new ApiError(`cannot reach ragpulse (${url}): ${exc.message}`);
+    if (exc instanceof ApiError && (exc.status === 404 || exc.status === 400)) return { status: exc.status, error: exc.reason };
+    throw exc;
   }
-  let body = null;
-  try { body = await response.json(); } catch (_) { /* reported below */ }
-  if (response.ok) return body;
-  const error = (body && body.error) || response.statusText;
-  if (response.status === 404 || response.status === 400) return { status: response.status, error };
-  throw new ApiError(`${url}: ${response.status} ${error}`);
 }
 
 /** The services an id exists under, from the 400's message

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -516,10 +517,18 @@ def test_two_replicas_assemble_and_score_every_trace_once_through_a_resize(
     # Exactly once: no trace, split or not, was assembled twice.
     assert {r["assembly_count"] for r in rows} == {1}
     assert {r["replica"] for r in rows} == {"r1", "r2"}
-    # One trace set aside per split trace; a forward that failed and was retried can bring a replica
-    # spans it had already (a forward timed out on a busy machine after the replica stored it), and
-    # with them one more setting aside of their trace (CI saw 10 for 9 split traces once).
-    assert len(split) <= claimed_elsewhere <= len(split) + sum(router.failed.values()), router.failed
+    # One trace set aside per split trace, and one more for each trace a replica took up on its own:
+    # a replica starting on the lake assembles the traces stored but not assembled (those another
+    # replica holds in flight too: the claim sets one of the two aside), as do a forward the router
+    # gave up on and the client retried (CI saw 10 for 9 split traces once; a busy run 13 for 12,
+    # r2's start taking up one of r1's traces).
+    recovered = sum(
+        int(n)
+        for r in replicas.values()
+        for n in re.findall(r"assembling (\d+) trace\(s\)", r.log.read_text())
+    )
+    extra = sum(router.failed.values()) + recovered
+    assert len(split) <= claimed_elsewhere <= len(split) + extra, (router.failed, recovered)
     assert aggregate == [{"n": len(everything)}]
 
 
