@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-import pyarrow as pa
 
 from collector.background import BackgroundWorker
 from collector.monitoring.alerts import (
@@ -28,7 +27,7 @@ from collector.monitoring.alerts import (
     step,
 )
 from collector.monitoring.config import MonitoringConfig
-from collector.schema.tables import ALERT_EVENTS, ALERT_NOTIFICATIONS, ALERTS, Table
+from collector.schema.tables import ALERT_EVENTS, ALERT_NOTIFICATIONS, ALERTS
 from collector.schema.windows import utc_now
 from collector.store.base import AlertLog
 from collector.store.health import log_failure
@@ -97,9 +96,9 @@ class AlertBook:
                     }
                 )
         self._store.write_alerts(
-            _rows(ALERTS, [asdict(s) for s in states]),
-            _rows(ALERT_EVENTS, [asdict(e) for e in events]),
-            _rows(ALERT_NOTIFICATIONS, notifications),
+            ALERTS.rows_table([asdict(s) for s in states]),
+            ALERT_EVENTS.rows_table([asdict(e) for e in events]),
+            ALERT_NOTIFICATIONS.rows_table(notifications),
         )
         # Told once stored: a write that fails (a full disk) leaves the state as it was, and the
         # next round finds the same event again; logged before, it would be logged twice.
@@ -163,10 +162,3 @@ class AlertEvaluator(BackgroundWorker):
 
 def _state(row: dict[str, Any]) -> AlertState:
     return AlertState(**{name: row[name] for name in ALERTS.column_names})
-
-
-def _rows(table: Table, rows: Sequence[dict[str, Any]]) -> pa.Table:
-    columns = {
-        name: [row.get(name) for row in rows] for name in table.column_names if rows and name in rows[0]
-    }
-    return table.arrow_table(columns, len(rows))

@@ -84,6 +84,13 @@ class Table:
         ]
         return pa.Table.from_arrays(arrays, schema=schema)
 
+    def rows_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+        """Rows given as dicts, in this table's schema; a column no row names is null, a key that
+        is no column is left out."""
+        named = {key for row in rows for key in row}
+        columns = {name: [row.get(name) for row in rows] for name in self.column_names if name in named}
+        return self.arrow_table(columns, len(rows))
+
 
 def _columns(*specs: tuple[Any, ...]) -> tuple[Column, ...]:
     return tuple(Column(*spec) for spec in specs)

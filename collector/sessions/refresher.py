@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -89,7 +90,7 @@ class SessionRefresher(BackgroundWorker):
                 "last_trace_id": pa.array([s.turns[-1].trace_id for s in found], pa.string()),
             }
         )
-        scores = SCORES.arrow_table(_columns(rows, SCORES.column_names), len(rows))
+        scores = SCORES.rows_table(rows)
         return self._store.write_session_scores(keys, checks, scores)
 
     def stop(self, deadline: float | None = None) -> None:
@@ -103,26 +104,19 @@ class SessionRefresher(BackgroundWorker):
                     log.exception("computing the sessions at stop failed")
 
 
-def sessions_of(rows: Sequence[dict[str, object]]) -> list[Session]:
+def sessions_of(rows: Sequence[dict[str, Any]]) -> list[Session]:
     """`Store.session_turns` rows (in order) as sessions."""
     grouped: dict[tuple[str, str], list[Turn]] = {}
     for row in rows:
-        key = (str(row["session_id"]), str(row["service_name"]))
-        grouped.setdefault(key, []).append(
+        grouped.setdefault((row["session_id"], row["service_name"]), []).append(
             Turn(
-                trace_id=str(row["trace_id"]),
-                root_span_id=row["root_span_id"],  # type: ignore[arg-type]
-                start_time=row["start_time"],  # type: ignore[arg-type]
-                end_time=row["end_time"],  # type: ignore[arg-type]
-                question=row["question"],  # type: ignore[arg-type]
-                revision=int(row["revision"]),  # type: ignore[call-overload]
-                failing=tuple(row["failing"]),  # type: ignore[arg-type]
+                trace_id=row["trace_id"],
+                root_span_id=row["root_span_id"],
+                start_time=row["start_time"],
+                end_time=row["end_time"],
+                question=row["question"],
+                revision=int(row["revision"]),
+                failing=tuple(row["failing"]),
             )
         )
     return [Session(key[0], key[1], tuple(turns)) for key, turns in grouped.items()]
-
-
-def _columns(rows: Sequence[dict[str, object]], names: Sequence[str]) -> dict[str, list[object]]:
-    """Row dicts as the columns `Table.arrow_table` takes (a column no row has is left out)."""
-    present = {key for row in rows for key in row}
-    return {name: [row.get(name) for row in rows] for name in names if name in present}

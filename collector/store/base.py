@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -285,7 +285,7 @@ class SessionRollups(StoreRole):
         seconds) and lack session-level scores of their current state, the longest ended first."""
 
     @abstractmethod
-    def session_turns(self, keys: Sequence[tuple[str, str]]) -> list[dict[str, object]]:
+    def session_turns(self, keys: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
         """The turns of these sessions in order: `session_id, service_name, trace_id, root_span_id,
         start_time, end_time, question, revision, failing` (its failing scores' names)."""
 

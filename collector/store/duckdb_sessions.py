@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -45,10 +46,6 @@ class TouchedSessions:
         with self._lock:
             keys, self._keys = self._keys, set()
         return keys
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._keys)
 
 
 def keys_of_rows(traces: pa.Table | None) -> set[SessionKey]:
@@ -141,7 +138,7 @@ def sessions_to_score(con: duckdb.DuckDBPyConnection, idle_timeout: float, limit
     return [(session_id, service) for session_id, service in rows]
 
 
-def session_turns(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) -> list[dict[str, object]]:
+def session_turns(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) -> list[dict[str, Any]]:
     """The turns of these sessions in order, each with the names of its failing scores of
     ragpulse's evaluators (not the session-level ones)."""
     with registered(con, _KEYS, _keys_table(keys)):

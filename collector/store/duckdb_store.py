@@ -12,9 +12,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -24,6 +24,7 @@ from collector.schema.span_records import EVENT_COLUMNS, SPAN_COLUMNS
 from collector.schema.tables import EVENT_KEY, SCORE_AGGREGATE_KEY, SCORE_AGGREGATES, SPAN_KEY
 from collector.schema.trace_rows import OTHER, TraceTables
 from collector.store import duckdb_alerts as alerts
+from collector.store import duckdb_assembly as assembly
 from collector.store import duckdb_judging as judging
 from collector.store import duckdb_outbox as outbox
 from collector.store import duckdb_sessions as sessions
@@ -270,36 +271,8 @@ class DuckDBStore(Store):
         return spans, events
 
     def pending_trace_ids(self) -> list[str]:
-        # Events of a trace with no span yet make it wait for its spans, as in the running service.
-        # Rows that came after a trace's assembly may all be later copies of rows it had (a retried
-        # or replayed export): such a trace is not pending. Only the few traces with later rows are
-        # read again for their first copies; every row counts for the others, which is cheaper.
         with self._cursor() as con:
-            rows = con.execute(
-                f"""
-                WITH s AS (SELECT trace_id, max(received_at) AS last FROM received_spans GROUP BY trace_id),
-                     e AS (SELECT trace_id, max(received_at) AS last FROM received_span_events
-                           WHERE source = 'log' GROUP BY trace_id),
-                     c AS (SELECT s.trace_id, s.last, t.trace_id IS NULL AS new, t.last_received_at AS seen
-                           FROM s
-                           LEFT JOIN e ON e.trace_id = s.trace_id
-                           LEFT JOIN traces t ON t.trace_id = s.trace_id
-                           WHERE t.trace_id IS NULL
-                              OR s.last > t.last_received_at
-                              OR coalesce(e.last > t.last_received_at, false)),
-                     late AS (SELECT trace_id, min(seen) AS seen FROM c WHERE NOT new GROUP BY trace_id),
-                     firsts AS (SELECT r.trace_id, r.received_at FROM received_spans r
-                                SEMI JOIN late l ON l.trace_id = r.trace_id {first_stored(SPAN_KEY, "r")}
-                                UNION ALL
-                                SELECT r.trace_id, r.received_at FROM received_span_events r
-                                SEMI JOIN late l ON l.trace_id = r.trace_id {first_stored(EVENT_KEY, "r")})
-                SELECT trace_id FROM c
-                WHERE new OR trace_id IN (SELECT trace_id FROM firsts JOIN late USING (trace_id)
-                                          WHERE firsts.received_at > late.seen)
-                ORDER BY last
-                """
-            ).fetchall()
-        return [r[0] for r in rows]
+            return assembly.pending_trace_ids(con)
 
     def has_traces(self) -> bool:
         with self._cursor() as con:
@@ -307,25 +280,12 @@ class DuckDBStore(Store):
         return bool(row and row[0])
 
     def assembly_counts(self, trace_ids: Iterable[str]) -> dict[str, int]:
-        with self._cursor() as con, registered(con, _IDS, ids_table(trace_ids)):
-            rows = con.execute(
-                "SELECT t.trace_id, t.assembly_count FROM traces t "
-                f"SEMI JOIN {_IDS} i ON t.trace_id = i.trace_id"
-            ).fetchall()
-        return {trace_id: count or 1 for trace_id, count in rows}
+        with self._cursor() as con:
+            return assembly.assembly_counts(con, trace_ids)
 
     def traces_assembled_twice(self, since: float) -> list[str]:
-        # The recent rows are found by `assembled_at` (older row groups skipped by their min/max);
-        # the others are read whole, once for all of them.
-        start = datetime.fromtimestamp(since, UTC).replace(tzinfo=None)
         with self._cursor() as con:
-            rows = con.execute(
-                "WITH recent AS (SELECT DISTINCT trace_id FROM traces WHERE assembled_at >= ?) "
-                "SELECT t.trace_id FROM traces t SEMI JOIN recent r ON t.trace_id = r.trace_id "
-                "GROUP BY t.trace_id HAVING count(*) > 1 ORDER BY t.trace_id",
-                [start],
-            ).fetchall()
-        return [r[0] for r in rows]
+            return assembly.traces_assembled_twice(con, since)
 
     def write_traces(self, tables: TraceTables, replace: Sequence[str]) -> None:
         self._touched.add(self._write(lambda con: self._write_traces(con, tables, replace)))
@@ -556,7 +516,7 @@ class DuckDBStore(Store):
         with self._cursor() as con:
             return sessions.sessions_to_score(con, idle_timeout, limit)
 
-    def session_turns(self, keys: Sequence[sessions.SessionKey]) -> list[dict[str, object]]:
+    def session_turns(self, keys: Sequence[sessions.SessionKey]) -> list[dict[str, Any]]:
         with self._cursor() as con:
             return sessions.session_turns(con, keys)
 
