@@ -5,7 +5,10 @@ and free, `mallinfo2`), DuckDB's jemalloc (allocated, active, resident, retained
 Python's allocated blocks and CPython's object arenas (`_PyObject_DebugMallocStats`), and the
 anonymous resident memory by kind of mapping (`/proc/self/smaps`: glibc's main heap, its other
 arenas' 64 MiB heaps, stacks, the rest); one JSON line each to `SERVE_MEMORY_OUT`
-(serve-memory.jsonl).
+(serve-memory.jsonl). With the whole process on jemalloc's profiler
+(`LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=prof:true`), `SERVE_MEMORY_HEAP_DUMPS=600,6000` also
+dumps the sampled live heap at those seconds after start (`heap-<seconds>.prof` beside the JSON
+lines), for `jeprof --base=heap-600.prof ... heap-6000.prof`: what grew between two fixed times.
 
     .venv/bin/python bench/serve_memory.py serve --config ragpulse.yaml
     .venv/bin/python bench/soak.py --memory-probe ...     # the soak's service started this way
@@ -176,10 +179,30 @@ def sample(started: float) -> dict[str, Any]:
     return row
 
 
+def heap_dump(path: Path) -> str:
+    """Ask a preloaded jemalloc (unprefixed `mallctl`) with its profiler on to dump the live heap."""
+    try:
+        mallctl = ctypes.CDLL(None).mallctl
+    except AttributeError:
+        return "no jemalloc preloaded"
+    name = ctypes.c_char_p(str(path).encode())
+    mallctl.argtypes = [
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t
+    ]
+    failed = mallctl(b"prof.dump", None, None, ctypes.byref(name), ctypes.sizeof(name))
+    return f"prof.dump failed: {failed}" if failed else str(path)
+
+
 def record() -> None:
     started = time.time()
+    dumps = sorted(float(s) for s in os.environ.get("SERVE_MEMORY_HEAP_DUMPS", "").split(",") if s)
     while True:
         time.sleep(EVERY)
+        if dumps and time.time() - started >= dumps[0]:
+            at = int(dumps.pop(0))
+            row_dump = heap_dump(OUT.with_name(f"heap-{at}.prof"))
+            with OUT.open("a") as out:
+                out.write(json.dumps({"t": round(time.time() - started, 1), "heap_dump": row_dump}) + "\n")
         try:
             row = sample(started)
         except Exception as exc:  # never let the probe take the service down

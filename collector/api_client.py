@@ -108,6 +108,10 @@ class ApiClient:
             raise ApiError(_error_message(response, self.url))
         return _json(response, self.url)
 
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        """The JSON answer of `POST path` with a JSON `body` (`/api/rescore`, ...)."""
+        return _json(self._post(path, body), self.url)
+
     def load_cases(self, cases: Sequence[dict[str, Any]], source: str) -> int:
         """Insert or replace golden cases; returns how many the server loaded."""
         response = self._post("/api/cases", {"source": source, "cases": list(cases)})

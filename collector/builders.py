@@ -45,6 +45,8 @@ from collector.processors.slices import slicing
 from collector.processors.spill import SpillDirectory, spill_directory
 from collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from collector.receivers.otlp_http import OtlpHttpReceiver
+from collector.rescore.api import RescoreApi
+from collector.rescore.jobs import RescoreJobs
 from collector.server_file import server_file
 from collector.sessions.refresher import SessionRefresher
 from collector.store import Store, StoreError, open_store
@@ -215,6 +217,7 @@ def scoring(parts: Parts) -> list[Component]:
     if setup is None:
         return []
     components: list[Component] = []
+    judge = None
     if setup.export_events:  # first: it stops after the judge stage, and sends what it stored
         export = parts.redactor("export")
         parts.evaluation_exporter = EvaluationExporter(
@@ -240,6 +243,13 @@ def scoring(parts: Parts) -> list[Component]:
             mapping=cfg.mapping.options(),
         )
         components += [JudgeClients(judge), JudgeCheck(judge, parts.judge_health), parts.judge_stage]
+    # `POST /api/rescore`: runs with the same evaluators, judge and budget (stopped before them).
+    from collector.rescore.setup import build_rescorer
+
+    parts.rescore_jobs = RescoreJobs(
+        build_rescorer(cfg, parts.the_store, judge, parts.judge_budget, parts.redactor("judge"))
+    )
+    components.append(parts.rescore_jobs)
     return components
 
 
@@ -321,6 +331,7 @@ def receivers(parts: Parts) -> list[Component]:
         parts.the_store, parts.metrics, cfg.sql, parts.assembler, health=parts.health, ready=parts.readiness
     )
     feedback = FeedbackApi(parts.the_store, parts.metrics, parts.read_rows)
+    rescore = RescoreApi(parts.rescore_jobs)
     dashboard = DashboardApi(dashboard_data(parts.read_rows, cfg))
     mcp = McpEndpoint(parts.the_store, cfg)
     app = Starlette(
@@ -328,6 +339,7 @@ def receivers(parts: Parts) -> list[Component]:
             *http_receiver.routes(),
             *api.routes(),
             *feedback.routes(),
+            *rescore.routes(),
             mcp.route(),
             *dashboard.routes(),
             *pages.routes(),

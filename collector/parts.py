@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collector.processors.slices import Dimension, SliceCaps
     from collector.receivers.otlp_grpc import OtlpGrpcReceiver
     from collector.receivers.tls import ServerTls
+    from collector.rescore.jobs import RescoreJobs
     from collector.store import Store
     from collector.store.config import StoreConfig
     from collector.store.health import StoreProbe
@@ -77,6 +78,7 @@ class Parts:
         self.grpc: OtlpGrpcReceiver | None = None
         self.http: HttpServer | None = None
         self.probe_runner: ProbeRunner | None = None
+        self.rescore_jobs: RescoreJobs | None = None
 
     # ------------------------------------------------------------------ for the builders
 

@@ -1,9 +1,9 @@
 """Keys on the HTTP port: one ASGI middleware in front of every route.
 
 What each path needs: `/v1/traces` and `/v1/logs` ingest; `POST /api/feedback` ingest or
-feedback; `POST /api/annotations` annotate; `POST /api/cases` admin; the rest of `/api/`, the
-dashboard (`/`, `/ui/`) read; `/metrics` read or nothing (`auth.metrics`); `/healthz` nothing. A
-refusal of an OTLP export is a google.rpc.Status in the request's encoding, as exporters
+feedback; `POST /api/annotations` annotate; `POST /api/cases` and `POST /api/rescore` admin; the
+rest of `/api/`, the dashboard (`/`, `/ui/`) read; `/metrics` read or nothing (`auth.metrics`);
+`/healthz` nothing. A refusal of an OTLP export is a google.rpc.Status in the request's encoding, as exporters
 expect; elsewhere `{"error": ...}`. A 401 offers Bearer and Basic: a browser then asks for the key
 (any user name, the key as the password) and sends it with every request of the dashboard.
 """
@@ -38,7 +38,7 @@ def required_scope(method: str, path: str, metrics_open: bool) -> tuple[Scope, .
         return ("ingest", "feedback")
     if path == "/api/annotations" and method != "GET":
         return ("annotate",)
-    if path == "/api/cases" and method != "GET":
+    if path in ("/api/cases", "/api/rescore") and method != "GET":
         return ("admin",)
     return ("read",)
 

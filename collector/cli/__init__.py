@@ -29,6 +29,7 @@ COMMANDS = {
     "mcp": "collector.cli.mcp:mcp",
     "agreement": "collector.cli.agreement:agreement",
     "align": "collector.cli.align:align",
+    "rescore": "collector.cli.rescore:rescore",
 }
 
 

@@ -114,6 +114,9 @@ class ScoringConfig(Section):
     # The earlier turns of its session a chat turn is judged with (relevance and correctness), the
     # latest first kept; 0: each turn alone (docs/sessions.md, "Multi-turn judging").
     conversation_turns: int = Field(3, ge=0, le=20)
+    # Traces a rescore run scores and stores at once (`ragpulse rescore`): a run killed midway scores
+    # at most this many again; with the judge, at most 4 per `judge.max_concurrency` (docs/rescore.md).
+    rescore_batch: int = Field(1000, gt=0, le=100_000)
 
 
 Preset = Literal["email", "phone", "credit_card", "iban", "ip_address", "api_key"]

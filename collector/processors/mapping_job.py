@@ -72,10 +72,11 @@ class Scoring:
 
     setup: ScoringSetup
     evaluators: list[Evaluator]
+    versions: dict[str, str]  # score name -> evaluator_version
 
     @classmethod
     def of(cls, setup: ScoringSetup | None) -> Scoring | None:
-        return None if setup is None else cls(setup, setup.build())
+        return None if setup is None else cls(setup, setup.build(), setup.versions())
 
 
 # The worker process's scoring stage, set by `init_worker`.
@@ -173,7 +174,9 @@ def run_map_job(job: MapJob, scoring: Scoring | None = None) -> MapResult:
             conventions[trace_id] = trace.convention
         tables = trace_tables(assembled, job.now_us, [d.name for d in job.dimensions])
         if scored and scoring is not None:
-            rows = score_rows(scored, "deterministic", job.now_us, scoring.setup.export_events)
+            rows = score_rows(
+                scored, "deterministic", job.now_us, scoring.setup.export_events, scoring.versions
+            )
             tables.scores, tables.outbox = rows.scores, rows.outbox
         # The app's own evaluation events, scored or not: they are its scores, not ours.
         external = external_scores(mapped, job.now_us)

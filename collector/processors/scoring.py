@@ -39,7 +39,7 @@ from collector.schema.tables import (
 from collector.schema.windows import floor_minute_us
 from collector.telemetry import Metrics
 from evaluators.metric import Evaluates, Evaluator
-from evaluators.registry import build_evaluators, evaluates, uses_judge
+from evaluators.registry import build_evaluators, entry_version, evaluates, uses_judge
 from evaluators.scores import Score
 from semconv import RagTrace, SpanRecord
 
@@ -72,6 +72,10 @@ class ScoringSetup:
 
     def build(self) -> list[Evaluator]:
         return build_evaluators(self.deterministic_entries)
+
+    def versions(self) -> dict[str, str]:
+        """Score name -> `evaluator_version` of the deterministic evaluators (`entry_version`)."""
+        return {str(e["name"]): entry_version(e) for e in self.deterministic_entries}
 
 
 @dataclass
@@ -165,9 +169,13 @@ def score_rows(
     evaluator: str,
     now_us: int,
     export_events: bool,
+    versions: Mapping[str, str] | None = None,
+    rescore_run: str | None = None,
 ) -> ScoreRows:
     """Rows for the scores of many traces: `(trace, revision, scores)` each, `evaluator` being
-    `deterministic` or `judge`. Times are `now_us` (µs since the epoch)."""
+    `deterministic` or `judge`. Times are `now_us` (µs since the epoch). Each row's
+    `evaluator_version`: from `versions` (score name -> version: the deterministic evaluators'), else
+    a judge score's `model@prompt_version`; `rescore_run`: the run that gave them (None: online)."""
     # Built column by column (a row dict per score cost more than the evaluators that made them).
     trace_ids: list[str] = []
     span_ids: list[str] = []
@@ -208,6 +216,8 @@ def score_rows(
         "bucket": buckets,
         "evaluator": [evaluator] * n,
         "revision": revisions,
+        "evaluator_version": [_version(score, versions) for score in flat],
+        "rescore_run": [rescore_run] * n,
     }
     outbox = EVALUATION_OUTBOX.arrow_schema().empty_table()
     if export_events and n:
@@ -226,6 +236,14 @@ def score_rows(
             n,
         )
     return ScoreRows(scores=SCORES.arrow_table(columns, n), outbox=outbox)
+
+
+def _version(score: Score, versions: Mapping[str, str] | None) -> str | None:
+    if versions is not None and score.name in versions:
+        return versions[score.name]
+    if score.model:
+        return f"{score.model}@{score.prompt_version}"
+    return score.prompt_version  # a judge score decided by rule, without a call
 
 
 # `scores` columns stored as the score has them: column -> Score field.

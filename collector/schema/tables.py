@@ -321,6 +321,54 @@ SCORES = Table(
         # `session`: a score of the whole conversation (its trace: the session's last turn), given
         # when the session ended; null: a score of its trace (docs/sessions.md).
         ("level", "VARCHAR", "", 14),
+        # What gave the score, so that scores of two versions are told apart: a judge's model and
+        # prompt version (`model@prompt`), a deterministic evaluator's ragpulse version and the
+        # hash of its config entry (`ragpulse-X.Y.Z#hash`); null before schema 15 and for scores
+        # from outside.
+        ("evaluator_version", "VARCHAR", "", 15),
+        # The `ragpulse rescore` run that gave the score (null: given online, as the trace came).
+        ("rescore_run", "VARCHAR", "", 15),
+    ),
+)
+
+# Scores a rescore replaced: the rows `scores` held before, moved here in the transaction that
+# stores their replacements, so `scores` (and every read of it) holds one current row per trace,
+# span and score name, and history stays queryable (`scores_all`: both).
+SCORE_HISTORY = Table(
+    "score_history",
+    tuple(replace(c, since=15) for c in SCORES.columns)
+    + _columns(
+        ("replaced_at", "TIMESTAMP", "", 15),
+        ("replaced_by", "VARCHAR", "", 15),  # the rescore run whose score replaced it
+    ),
+)
+
+# `ragpulse rescore` runs: what each asked for, how far it got, and where to go on from. The cursor
+# (the last trace scored, in start-time and trace-id order) moves in the transaction that stores
+# that batch's scores: a run killed and started again scores no trace twice and skips none.
+RESCORE_RUNS = Table(
+    "rescore_runs",
+    _columns(
+        ("run_id", "VARCHAR", _KEY, 15),
+        ("status", "VARCHAR", "", 15),  # running | done | failed | stopped
+        ("request", "JSON", "", 15),  # the request as given (`--since 7d`, ...): a rerun matches it
+        ("window_start", "TIMESTAMP", "", 15),  # the window resolved when the run started
+        ("window_end", "TIMESTAMP", "", 15),
+        ("evaluators", "VARCHAR[]", "", 15),  # the score names it gives again
+        ("origin", "VARCHAR", "", 15),  # cli | server
+        ("traces_total", "BIGINT", "", 15),  # traces in the window when it started
+        ("traces_done", "BIGINT", "", 15),
+        ("traces_judged", "BIGINT", "", 15),
+        ("scores_written", "BIGINT", "", 15),
+        ("scores_replaced", "BIGINT", "", 15),
+        ("judge_input_tokens", "BIGINT", "", 15),
+        ("judge_output_tokens", "BIGINT", "", 15),
+        ("cursor_start", "TIMESTAMP", "", 15),
+        ("cursor_trace", "VARCHAR", "", 15),
+        ("started_at", "TIMESTAMP", "", 15),
+        ("updated_at", "TIMESTAMP", "", 15),
+        ("finished_at", "TIMESTAMP", "", 15),
+        ("error", "VARCHAR", "", 15),
     ),
 )
 
@@ -574,6 +622,8 @@ ALL_TABLES: tuple[Table, ...] = (
     ANNOTATIONS,
     SESSION_ROLLUPS,
     SCORED_SESSIONS,
+    SCORE_HISTORY,
+    RESCORE_RUNS,
 )
 
 # What one row of each table users query is (`spans` and `span_events` are views over the received
@@ -599,5 +649,8 @@ MEANINGS: dict[str, str] = {
     "annotations": "a person's pass/fail verdict on a score ragpulse gave, with a copy of that score",
     "session_rollups": "a session's figures as last computed (the `sessions` view adds its status)",
     "scored_sessions": "a session whose session-level scores were given, and its last activity then",
+    "score_history": "a score a `ragpulse rescore` run replaced, with when and by which run",
+    "scores_all": "every score ever given: the current ones (`scores`) and those replaced (`score_history`)",
+    "rescore_runs": "a `ragpulse rescore` run: its request, window, progress and cursor",
     "ragpulse_schema": "an applied schema migration",
 }

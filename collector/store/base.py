@@ -69,6 +69,25 @@ class DeletedRows:
         return self.rows.get("spans", 0)
 
 
+@dataclass(frozen=True)
+class RescoreScope:
+    """The traces a `ragpulse rescore` run scores again: started in [start, end), of `service`, with
+    the slice dimension `slice` (name, value) when given."""
+
+    start: datetime
+    end: datetime
+    service: str | None = None
+    slice: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class RescoreTotals:
+    """How many traces a rescore scope holds, and how many of them the judge scored before."""
+
+    traces: int
+    judged: int
+
+
 class StoreRole(ABC):
     """What every interface of the store offers its caller: the health its failures are counted in,
     and whether this replica leads (with several replicas on one lake)."""
@@ -229,6 +248,62 @@ class JudgeQueue(SpanReads):
     def skip_judge_work(self, trace_ids: Sequence[str], reason: str) -> None:
         """Pending traces the judge will not score (`throttled`, `over_budget`): their decision
         becomes `deterministic` with that reason."""
+
+
+class RescoreBook(JudgeQueue):
+    """`ragpulse rescore`: its runs, the traces of its scope in order, and each batch's scores put in
+    place of those they replace (the replaced rows kept in `score_history`)."""
+
+    @abstractmethod
+    def count_rescore_scope(self, scope: RescoreScope) -> RescoreTotals:
+        """How many traces `scope` holds (see `next_rescore_batch`), and how many were judged."""
+
+    @abstractmethod
+    def next_rescore_batch(
+        self, scope: RescoreScope, after: tuple[datetime, str] | None, limit: int
+    ) -> pa.Table:
+        """The next `limit` traces of `scope` after `after` (start time, trace id), in that order:
+        trace_id, start_time, assembly_count, judge_status, expected_answer, expected_documents."""
+
+    @abstractmethod
+    def judge_token_means(self, scope: RescoreScope, names: Sequence[str]) -> dict[str, tuple[float, float]]:
+        """Per judge score name, the mean input and output tokens of its judge calls in `scope`."""
+
+    @abstractmethod
+    def find_rescore_run(self, request: str) -> dict[str, Any] | None:
+        """The latest unfinished run of this request (canonical JSON), cursor included."""
+
+    @abstractmethod
+    def rescore_runs(self, run_id: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        """The latest runs, newest first (or the one named), without their cursors."""
+
+    @abstractmethod
+    def open_rescore_run(self, run: pa.Table) -> None:
+        """Store a new run (one row in RESCORE_RUNS' schema)."""
+
+    @abstractmethod
+    def set_rescore_status(self, run_id: str, status: str, error: str | None = None) -> None:
+        """A run taken up again (`running`) or ended (`done`, `stopped`, `failed`)."""
+
+    @abstractmethod
+    def stop_orphaned_rescore_runs(self) -> int:
+        """Runs still `running` made `stopped`: called where no other process can be running one
+        (a database file this process holds). Returns how many."""
+
+    @abstractmethod
+    def write_rescore(
+        self,
+        run_id: str,
+        revisions: pa.Table,
+        scores: pa.Table,
+        outbox: pa.Table,
+        cursor: tuple[datetime, str],
+        progress: dict[str, int],
+    ) -> tuple[int, int]:
+        """In one transaction: the scores of the traces of `revisions` (trace_id, revision) still
+        at that assembly, in place of the rows they replace (moved to `score_history`, aggregates
+        counted again), their outbox rows, and the run's cursor and `progress` counts. Returns
+        (scores written, scores replaced)."""
 
 
 class EvaluationOutbox(StoreRole):
@@ -393,6 +468,7 @@ class Housekeeping(StoreRole):
 class Store(
     SpanLog,
     AssemblyTables,
+    RescoreBook,  # a JudgeQueue too
     JudgeQueue,
     SliceColumns,
     EvaluationOutbox,

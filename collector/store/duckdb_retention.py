@@ -21,6 +21,7 @@ PER_TRACE_TABLES = (
     "steps",
     "documents",
     "scores",
+    "score_history",  # the scores rescore runs replaced (docs/rescore.md)
     "evaluation_outbox",
     "feedback",
 )

@@ -23,7 +23,13 @@ from collector.store.duckdb_connection import in_utc, migrate, schema_version
 from collector.store.duckdb_rows import quoted
 from collector.store.migrations import LATEST_VERSION, MIGRATIONS
 from collector.store.reads.predicates import sql_string
-from collector.store.schema_sql import SESSIONS_VIEW, SPAN_EVENTS_VIEW, SPANS_VIEW, create_table_sql
+from collector.store.schema_sql import (
+    SCORES_ALL_VIEW,
+    SESSIONS_VIEW,
+    SPAN_EVENTS_VIEW,
+    SPANS_VIEW,
+    create_table_sql,
+)
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +245,7 @@ def migrate_lake(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(SPANS_VIEW)
         con.execute(SPAN_EVENTS_VIEW)
         con.execute(SESSIONS_VIEW)
+        con.execute(SCORES_ALL_VIEW)
         for version, description, _ in MIGRATIONS:
             con.execute("INSERT INTO ragpulse_schema VALUES (?, ?, now()::TIMESTAMP)", [version, description])
         con.execute("COMMIT")

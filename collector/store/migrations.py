@@ -21,7 +21,9 @@ from collector.schema.tables import (
     EVALUATION_OUTBOX,
     FEEDBACK,
     PROBE_RUNS,
+    RESCORE_RUNS,
     SCORE_AGGREGATES,
+    SCORE_HISTORY,
     SCORED_SESSIONS,
     SCORES,
     SESSION_ROLLUPS,
@@ -35,6 +37,7 @@ from collector.store.schema_sql import (
     EVERY_RECEIVED_EVENT,
     EVERY_SCORE,
     FILL_SESSION_ROLLUPS_13,
+    SCORES_ALL_VIEW,
     SESSIONS_VIEW,
     SPAN_EVENTS_VIEW,
     SPANS_VIEW,
@@ -310,6 +313,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         + create_tables(14, SCORED_SESSIONS)
         + "\nINSERT INTO scored_sessions SELECT session_id, service_name, last_activity, turns, "
         "now()::TIMESTAMP FROM session_rollups WHERE session_id IS NOT NULL;",
+    ),
+    (
+        15,
+        "re-scoring history: evaluator versions, rescore runs, and the scores they replaced",
+        "\n".join(
+            (
+                add_columns(SCORES, "evaluator_version", "rescore_run"),
+                create_tables(15, SCORE_HISTORY, RESCORE_RUNS),
+                SCORES_ALL_VIEW,
+            )
+        ),
     ),
 ]
 

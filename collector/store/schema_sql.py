@@ -12,6 +12,8 @@ from collector.schema.tables import (
     MAX_EVENT_ITEMS,
     MAX_EVENT_TEXT,
     NOT_NULL_KEY_COLUMNS,
+    SCORE_HISTORY,
+    SCORES,
     SPAN_EVENTS,
     SPAN_KEY,
     SPANS,
@@ -220,5 +222,18 @@ def fill_session_rollups(keys: str | None = None, session_level: bool = True) ->
 
 
 SESSIONS_VIEW = sessions_view()
+
 # The rollups of every session, computed once (the migration that made `session_rollups`).
 FILL_SESSION_ROLLUPS_13 = fill_session_rollups(session_level=False)
+
+# Every score ever given (schema 15): the current rows of `scores` (`replaced_at` null) and the rows
+# rescore runs replaced (`score_history`). The columns are named, so that the dimension columns
+# `scores` gains (`monitoring.dimensions`) do not change the view's shape.
+_HISTORY_ONLY = tuple(c for c in SCORE_HISTORY.column_names if c not in SCORES.column_names)
+SCORES_ALL_VIEW = (
+    "CREATE OR REPLACE VIEW scores_all AS\n"
+    f"SELECT {', '.join(SCORES.column_names)}, "
+    + ", ".join(f"NULL::{SCORE_HISTORY.column(c).sql_type} AS {c}" for c in _HISTORY_ONLY)
+    + " FROM scores\nUNION ALL\n"
+    f"SELECT {', '.join(SCORE_HISTORY.column_names)} FROM score_history;"
+)

@@ -654,3 +654,16 @@ def logs_request(*records: LogRecord) -> ExportLogsServiceRequest:
     scope_logs = request.resource_logs.add().scope_logs.add()
     scope_logs.log_records.extend(records)
     return request
+
+
+def drop_schema_15(con: Any) -> None:
+    """Take from a store (a connection in a transaction or not) what schema 15 added: re-scoring's
+    tables, its view and the two columns of `scores`, to simulate a store of an older schema."""
+    for statement in (
+        "DROP VIEW scores_all",
+        "DROP TABLE score_history",
+        "DROP TABLE rescore_runs",
+        "ALTER TABLE scores DROP COLUMN evaluator_version",
+        "ALTER TABLE scores DROP COLUMN rescore_run",
+    ):
+        con.execute(statement)

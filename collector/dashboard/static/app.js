@@ -195,7 +195,7 @@ function column(buckets, rows, field, empty) {
 
 function renderChrome(active, services) {
   const nav = document.getElementById("nav");
-  nav.replaceChildren(...[["overview", "Overview"], ["traces", "Traces"], ["sessions", "Sessions"], ["review", "Review"], ["probes", "Probes"], ["alerts", "Alerts"]].map(([key, label]) =>
+  nav.replaceChildren(...[["overview", "Overview"], ["traces", "Traces"], ["sessions", "Sessions"], ["review", "Review"], ["probes", "Probes"], ["alerts", "Alerts"], ["rescores", "Rescores"]].map(([key, label]) =>
     h("a", { href: `#/${key}`, class: active === key ? "active" : null }, label)));
   const controls = document.getElementById("controls");
   const range = h("select", { id: "range", title: "Time range",
@@ -943,9 +943,14 @@ async function probeRunPage(runId, params) {
 // ---------------------------------------------------------------- the router
 
 let renderCount = 0;
+// The pending refresh of a page that asked for one (`refresh`: ms): one timer at most, cleared by
+// every render, so leaving the page (or drawing it again) never leaves one behind.
+let refreshTimer = null;
 
 async function render() {
   const ticket = ++renderCount;
+  clearTimeout(refreshTimer);
+  refreshTimer = null;
   const { parts, params } = route();
   const main = document.getElementById("main");
   let page;
@@ -958,10 +963,11 @@ async function render() {
     else if (parts[0] === "alerts") page = await alertsPage();
     else if (parts[0] === "probes") page = await probesPage(params);
     else if (parts[0] === "probe" && parts[1]) page = await probeRunPage(decodeURIComponent(parts[1]), params);
+    else if (parts[0] === "rescores") page = await rescoresPage();
     else page = await overviewPage(params);
   } catch (exc) {
     if (!(exc instanceof ApiError)) console.error(exc);
-    const active = { trace: "traces", traces: "traces", sessions: "sessions", session: "sessions", review: "review", alerts: "alerts", probes: "probes", probe: "probes" }[parts[0]] || "overview";
+    const active = { trace: "traces", traces: "traces", sessions: "sessions", session: "sessions", review: "review", alerts: "alerts", probes: "probes", probe: "probes", rescores: "rescores" }[parts[0]] || "overview";
     page = { chrome: [active, []], content: [errorBanner(exc)] };
   }
   if (ticket !== renderCount) { // a newer navigation won: drop this one's charts too
@@ -972,6 +978,7 @@ async function render() {
   main.replaceChildren(...page.content);
   main.dataset.ready = String(ticket);
   drawCharts();
+  if (page.refresh) refreshTimer = setTimeout(render, page.refresh);
 }
 
 // ---------------------------------------------------------------- the report (embedded data)

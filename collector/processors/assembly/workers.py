@@ -57,12 +57,12 @@ def submit_job(pool: ProcessPoolExecutor, job: MapJob) -> Future[MapResult]:
     everything (DuckDB, gRPC, the HTTP stack, the OpenTelemetry SDK): about 70 MiB a worker that
     mapping never uses. `submit` starts a worker, synchronously, when it finds none idle, so the
     main module does not name its file meanwhile, and the worker imports only what it needs."""
-    with _main_module_hidden():
+    with main_module_hidden():
         return pool.submit(run_worker_job, job)
 
 
 @contextlib.contextmanager
-def _main_module_hidden() -> Iterator[None]:
+def main_module_hidden() -> Iterator[None]:
     """The main module as multiprocessing's spawn sees an interactive session's: no file, no spec."""
     main = sys.modules["__main__"]
     spec, file = getattr(main, "__spec__", None), getattr(main, "__file__", None)

@@ -229,6 +229,7 @@ def test_the_dashboard_page_and_its_files_are_served(served: Service) -> None:
         "/ui/vendor/uplot-1.6.32/uPlot.iife.min.js",
         "/ui/review.js",
         "/ui/sessions.js",
+        "/ui/rescore.js",
         "/ui/app.js",
     ]
     for path in (*scripts, "/ui/app.css", "/ui/vendor/uplot-1.6.32/LICENSE"):

@@ -39,6 +39,7 @@ from collector.store.sql import QueryError
 from semconv import emit
 from tests.support.helpers import (
     DEFAULT_SCORE_NAMES,
+    drop_schema_15,
     emit_rag_request,
     fast_assembler,
     free_port,
@@ -167,6 +168,7 @@ def test_a_lake_of_the_schema_before_slices_is_upgraded_in_place(lake: dict[str,
     after it was renamed, which only this simulation of the old schema does.)"""
     with lake_store(lake, "r1") as store, store._cursor() as con:
         con.execute("DROP VIEW sessions")  # schemas 12 to 14
+        drop_schema_15(con)
         con.execute("DROP TABLE session_rollups")
         con.execute("DROP TABLE scored_sessions")
         for table, column in (
@@ -223,6 +225,7 @@ def test_a_lake_of_schema_11_gains_the_user_column_and_the_sessions_view(lake: d
     again with another idle timeout by the store; a turn written then counts at the next refresh."""
     with lake_store(lake, "r1") as store, store._cursor() as con:
         con.execute("DROP VIEW sessions")
+        drop_schema_15(con)
         con.execute("DROP TABLE session_rollups")
         con.execute("DROP TABLE scored_sessions")
         con.execute("ALTER TABLE scores DROP COLUMN level")

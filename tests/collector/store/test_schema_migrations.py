@@ -270,3 +270,26 @@ def test_a_version_11_file_gains_the_user_column_and_the_sessions_view(tmp_path:
             {"faithfulness": 1},
         )
     ]
+
+
+def test_a_version_14_file_gains_score_versions_history_and_rescore_runs(tmp_path: Path) -> None:
+    """Migration 15: `scores.evaluator_version` and `rescore_run` (null for rows stored before),
+    `score_history` and `rescore_runs` empty, and `scores_all` showing the current scores."""
+    path = tmp_path / "v14.duckdb"
+    con = file_at(path, 14)
+    con.execute(
+        "INSERT INTO scores (trace_id, span_id, name, value, status, evaluator) VALUES "
+        "('t1', 'a', 'faithfulness', 0.2, 'fail', 'deterministic')"
+    )
+    con.close()
+    with DuckDBStore(path) as store:
+        rows = store.query(
+            "SELECT trace_id, name, evaluator_version, rescore_run, replaced_at, replaced_by FROM scores_all",
+            10,
+            5,
+        ).rows
+        empty = store.query(
+            "SELECT (SELECT count(*) FROM score_history), (SELECT count(*) FROM rescore_runs)", 1, 5
+        ).rows
+    assert rows == [("t1", "faithfulness", None, None, None, None)]
+    assert empty == [(0, 0)]

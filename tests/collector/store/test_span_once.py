@@ -34,6 +34,7 @@ from collector.store.migrations import LATEST_VERSION
 from collector.store.schema_sql import EVERY_RECEIVED_EVENT, span_events_view
 from tests.support.helpers import (
     DEFAULT_SCORE_NAMES,
+    drop_schema_15,
     emit_rag_request,
     key_values,
     make_config,
@@ -211,7 +212,8 @@ def test_a_lake_of_schema_9_keeps_its_rows_and_shows_each_span_once(
         con.execute("DROP VIEW spans")
         con.execute("ALTER TABLE received_spans RENAME TO spans")
         con.execute(span_events_view(EVERY_RECEIVED_EVENT))
-        # (and without what schemas 11 to 14 added)
+        # (and without what schemas 11 to 15 added)
+        drop_schema_15(con)
         con.execute("DROP TABLE feedback")
         con.execute("DROP TABLE annotations")
         con.execute("DROP VIEW sessions")

@@ -1,0 +1,1 @@
+"""Re-scoring stored traces (`ragpulse rescore`, `POST /api/rescore`): docs/rescore.md."""
