@@ -15,8 +15,11 @@ rule), is refused.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -134,6 +137,22 @@ def build_evaluators(
         except ValueError as exc:
             raise ValueError(f"evaluators[{index}].{exc}") from None
     return built
+
+
+@lru_cache(maxsize=1)
+def _package_version() -> str:
+    try:
+        return metadata.version("ragpulse")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "dev"
+
+
+def entry_version(entry: Mapping[str, Any]) -> str:
+    """The `evaluator_version` of the scores a deterministic evaluator built from `entry` gives:
+    ragpulse's version and a hash of the entry (its threshold and options), so that a score given
+    after an upgrade or a changed threshold is told apart from one given before."""
+    canonical = json.dumps(dict(entry), sort_keys=True, default=str)
+    return f"ragpulse-{_package_version()}#{hashlib.sha256(canonical.encode()).hexdigest()[:8]}"
 
 
 def check_entries(entries: Sequence[Mapping[str, Any]] | None, judge_configured: bool) -> None:
