@@ -48,12 +48,13 @@ from collector.receivers.otlp_http import OtlpHttpReceiver
 from collector.rescore.api import RescoreApi
 from collector.rescore.jobs import RescoreJobs
 from collector.server_file import server_file
-from collector.sessions.refresher import SessionRefresher
+from collector.sessions.refresher import SessionJudge, SessionRefresher
 from collector.store import Store, StoreError, open_store
 from collector.store.health import StoreProbe, store_error_reason
 from collector.store.maintenance import StoreMaintainer
 from collector.store.retention import RetentionKeeper
 from collector.store.writer import SpanWriter
+from evaluators.conversation import make_conversation_resolved
 from evaluators.registry import build_evaluator
 
 if TYPE_CHECKING:  # the judge client (and `openai`) loads only when a judge is configured
@@ -203,7 +204,8 @@ def monitoring(parts: Parts) -> list[Component]:
 def sessions(parts: Parts) -> list[Component]:
     """`sessions:`: the refresher of `sessions`' rows, started before the stages that write turns
     and scores and stopped after them (its last round takes their last writes)."""
-    return [SessionRefresher(parts.the_store, parts.config.sessions)]
+    parts.session_refresher = SessionRefresher(parts.the_store, parts.config.sessions)
+    return [parts.session_refresher]
 
 
 def scoring(parts: Parts) -> list[Component]:
@@ -243,6 +245,21 @@ def scoring(parts: Parts) -> list[Component]:
             mapping=cfg.mapping.options(),
         )
         components += [JudgeClients(judge), JudgeCheck(judge, parts.judge_health), parts.judge_stage]
+    if cfg.sessions.conversation_resolved and parts.session_refresher is not None:
+        if judge is None:  # no per-trace judge score configured: a client for the sessions' alone
+            from collector.judge_setup import open_judge
+
+            judge = open_judge(cfg.judge, check=False)
+            judge.on_rate_limited = parts.metrics.rate_limit_counter("scoring")
+            components.append(JudgeClients(judge))
+        parts.session_refresher.use_judge(
+            SessionJudge(
+                make_conversation_resolved(judge),
+                parts.judge_budget,
+                cfg.judge.max_concurrency,
+                parts.redactor("judge"),
+            )
+        )
     # `POST /api/rescore`: runs with the same evaluators, judge and budget (stopped before them).
     from collector.rescore.setup import build_rescorer
 

@@ -68,6 +68,8 @@ class Config(Section):
     def _canaries_need_a_judge(self) -> Self:
         if self.monitoring.canaries is not None and not self.judge.model:
             raise ValueError("monitoring.canaries re-judges calibration cases: it needs judge.model")
+        if self.sessions.conversation_resolved and not self.judge.model:
+            raise ValueError("sessions.conversation_resolved is a judge score: it needs judge.model")
         return self
 
     def evaluator_entries(self) -> list[dict[str, Any]] | None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from collector.receivers.otlp_grpc import OtlpGrpcReceiver
     from collector.receivers.tls import ServerTls
     from collector.rescore.jobs import RescoreJobs
+    from collector.sessions.refresher import SessionRefresher
     from collector.store import Store
     from collector.store.config import StoreConfig
     from collector.store.health import StoreProbe
@@ -79,6 +80,7 @@ class Parts:
         self.http: HttpServer | None = None
         self.probe_runner: ProbeRunner | None = None
         self.rescore_jobs: RescoreJobs | None = None
+        self.session_refresher: SessionRefresher | None = None
 
     # ------------------------------------------------------------------ for the builders
 

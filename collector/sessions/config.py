@@ -17,3 +17,6 @@ class SessionsConfig(Section):
     # Session-level scores (session.turns, session.failed_turns, session.repeated_question) given
     # to each session once it has ended (idle_timeout without a new turn).
     scores: bool = True
+    # The judge's `conversation_resolved` of each session that ended (one call a session, within
+    # `sampling.budget`; needs `judge.model`): whether the user's needs were met (docs/sessions.md).
+    conversation_resolved: bool = False

@@ -23,6 +23,7 @@ from datetime import datetime
 import orjson
 
 from evaluators import textutil
+from evaluators.scores import Score
 
 TURNS, FAILED_TURNS, REPEATED_QUESTION = "session.turns", "session.failed_turns", "session.repeated_question"
 SESSION_SCORE_NAMES = (TURNS, FAILED_TURNS, REPEATED_QUESTION)
@@ -42,6 +43,7 @@ class Turn:
     question: str | None
     revision: int  # its assembly count
     failing: tuple[str, ...]  # the names of its failing scores of ragpulse's evaluators
+    answer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,39 @@ def session_score_rows(session: Session, now: datetime) -> list[dict[str, object
             level="session",
         )
     return rows
+
+
+def judge_row(session: Session, score: Score, now: datetime) -> dict[str, object]:
+    """A judge's session-level score (`conversation_resolved`) as a `scores` row, placed as the
+    deterministic ones are (`session_score_rows`)."""
+    last = session.turns[-1]
+    items = [{"text": i.text, "ok": i.ok, "evidence": i.evidence} for i in score.items]
+    return {
+        "name": score.name,
+        "value": score.value,
+        "status": score.status,
+        "threshold": score.threshold,
+        "label": score.label,
+        "explanation": f"session {session.session_id}: {score.explanation}",
+        "items": orjson.dumps(items).decode(),
+        "judge_provider": score.provider,
+        "judge_model": score.model,
+        "judge_temperature": score.temperature,
+        "prompt_version": score.prompt_version,
+        "config_hash": score.config_hash,
+        "judge_input_tokens": score.judge_input_tokens,
+        "judge_output_tokens": score.judge_output_tokens,
+        "latency_ms": score.latency_ms,
+        "evaluator_version": f"{score.model}@{score.prompt_version}" if score.model else score.prompt_version,
+        "trace_id": last.trace_id,
+        "span_id": last.root_span_id or "",
+        "service_name": session.service_name,
+        "bucket": last.start_time.replace(second=0, microsecond=0),
+        "created_at": now,
+        "evaluator": "judge",
+        "revision": last.revision,
+        "level": "session",
+    }
 
 
 def _row(

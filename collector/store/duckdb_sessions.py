@@ -145,7 +145,7 @@ def session_turns(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) ->
         return (
             con.execute(
                 "SELECT t.session_id, t.service_name, t.trace_id, t.root_span_id, t.start_time, t.end_time, "
-                "t.question, coalesce(t.assembly_count, 1) AS revision, "
+                "t.question, t.answer, coalesce(t.assembly_count, 1) AS revision, "
                 "coalesce((SELECT list(DISTINCT s.name ORDER BY s.name) FROM scores s "
                 "WHERE s.trace_id = t.trace_id AND s.status = 'fail' "
                 f"AND s.evaluator IN {OUR_EVALUATORS} AND s.level IS NULL), []) AS failing "

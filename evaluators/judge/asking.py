@@ -185,8 +185,11 @@ class Asker:
         version: str,
         fenced: FencedInputs,
         check: Callable[[_Verdict], str | None],
+        earlier_turns: bool = True,
     ) -> tuple[_Verdict, dict[str, Any]] | Score:
         """One call: (the parsed verdict, the score's judge fields), or the `error` score.
+        `earlier_turns`: a `conversation` in `fenced` is the turns before the one judged (the
+        version says so: `CONVERSATION_VERSION`); false when the conversation is what is judged.
 
         `check` is the scorer's verdict check (None: usable, else why not). The client runs it before
         caching, so a rejected verdict (`error` `bad_verdict`) is never replayed from the cache.
@@ -195,7 +198,7 @@ class Asker:
         to the messages, fenced like the input, and the prompt version says so
         (evaluators/judge/examples.py)."""
         token = fenced.fence.token
-        if fenced.conversation:
+        if fenced.conversation and earlier_turns:
             version += CONVERSATION_VERSION
         shots = self.client.examples.get(self.name)
         if shots is not None:

@@ -451,6 +451,8 @@ def passing_verdict(system: str, user: str) -> dict[str, Any]:
     `bench/judge_cost.py` and as an always-pass judge in calibration tests."""
     if "health check" in system:
         return {"ok": True}
+    if "gave the user what they came for" in system:  # conversation_resolved
+        return {"needs": [{"need": "what was asked", "met": True, "reason": "answered"}]}
     docs = fenced_input(user)[1].get("documents", [])
     ranks = [doc.get("rank") for doc in docs]
     if "is relevant to the question" in system:
