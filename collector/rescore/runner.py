@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -108,6 +108,19 @@ class Progress:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class _InFlight:
+    """A batch being scored: its traces' inputs, the cursor at its last trace, the deterministic
+    scores still in the workers, the judge's scores and tokens."""
+
+    inputs: TraceInputs
+    cursor: tuple[datetime, str]
+    pending: list[Future[ScoreRows]] = field(default_factory=list)
+    parts: list[ScoreRows] = field(default_factory=list)
+    judged: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=lambda: [0, 0])
 
 
 @dataclass
@@ -277,12 +290,21 @@ class Rescorer:
         if judged and self.judge is not None:
             calls = ThreadPoolExecutor(self.judge.max_concurrency, "ragpulse-rescore-judge")
             size = min(self.batch, JUDGE_BATCH_PER_SLOT * self.judge.max_concurrency)
+        # Two batches at a time: the next one is read and scored in the workers while the last one
+        # is written (the write is a third of the time; bench/README.md, "Rescore").
+        stored: _InFlight | None = None
         try:
             while not stop.is_set():
                 batch = self.store.next_rescore_batch(plan.scope, cursor, size)
-                if not batch.num_rows:
+                flight = None
+                if batch.num_rows:
+                    flight = self._begin(plan, judged, progress, batch, scorer, calls, stop, on_progress)
+                    cursor = flight.cursor
+                if stored is not None:
+                    self._store(stored, progress, on_progress)
+                stored = flight
+                if flight is None:
                     break
-                cursor = self._batch(plan, judged, progress, batch, scorer, calls, stop, on_progress)
             progress.status = "stopped" if stop.is_set() else "done"
         except Stopped:
             progress.status = "stopped"
@@ -309,7 +331,7 @@ class Rescorer:
         except Exception:  # the run's own failure is what the caller is told
             log.exception("could not record rescore run %s as %s", progress.run_id, progress.status)
 
-    def _batch(
+    def _begin(
         self,
         plan: Plan,
         judged_by: list[tuple[str, Evaluator]],
@@ -319,8 +341,9 @@ class Rescorer:
         calls: ThreadPoolExecutor | None,
         stop: threading.Event,
         on_progress: Callable[[Progress], None],
-    ) -> tuple[datetime, str]:
-        """Score one batch and store it with the cursor at its last trace; the new cursor."""
+    ) -> _InFlight:
+        """Read one batch's spans and start scoring it: the deterministic scores in the workers (not
+        waited for), the judge's (waited for, within the budget)."""
         rows = batch.to_pylist()
         inputs: TraceInputs = {
             r["trace_id"]: (int(r["assembly_count"] or 1), r["expected_answer"], r["expected_documents"])
@@ -328,54 +351,53 @@ class Rescorer:
         }
         spans, events = self.store.read_spans(list(inputs))
         now_us = int(time.time() * 1_000_000)
-        pending = (
-            scorer.submit(scorer.split(spans, events, inputs, now_us, progress.run_id)) if scorer else []
-        )
-        judged = [r["trace_id"] for r in rows if self._judges(plan.request, r)] if plan.judged else []
-        parts: list[ScoreRows] = []
-        tokens = [0, 0]
-        if judged and calls is not None:
-            parts.append(
-                self._judge(
-                    judged_by,
-                    judged,
-                    inputs,
-                    spans,
-                    events,
-                    now_us,
-                    progress,
-                    calls,
-                    stop,
-                    on_progress,
-                    tokens,
-                )
+        flight = _InFlight(inputs, (rows[-1]["start_time"], rows[-1]["trace_id"]))
+        if scorer is not None:
+            flight.pending = scorer.submit(scorer.split(spans, events, inputs, now_us, progress.run_id))
+        flight.judged = [r["trace_id"] for r in rows if self._judges(plan.request, r)] if plan.judged else []
+        if flight.judged and calls is not None:
+            judged = self._judge(
+                judged_by,
+                flight.judged,
+                inputs,
+                spans,
+                events,
+                now_us,
+                progress,
+                calls,
+                stop,
+                on_progress,
+                flight.tokens,
             )
-        parts += [future.result() for future in pending]
+            flight.parts.append(judged)
+        return flight
+
+    def _store(self, flight: _InFlight, progress: Progress, on_progress: Callable[[Progress], None]) -> None:
+        """Wait for a batch's scores and store them with the cursor at its last trace."""
+        parts = flight.parts + [future.result() for future in flight.pending]
         scores = pa.concat_tables([p.scores for p in parts]) if parts else ScoreRows.empty().scores
         outbox = pa.concat_tables([p.outbox for p in parts]) if parts else ScoreRows.empty().outbox
-        cursor = (rows[-1]["start_time"], rows[-1]["trace_id"])
         revisions = pa.table(
             {
-                "trace_id": pa.array(list(inputs), pa.string()),
-                "revision": pa.array([v[0] for v in inputs.values()], pa.int32()),
+                "trace_id": pa.array(list(flight.inputs), pa.string()),
+                "revision": pa.array([v[0] for v in flight.inputs.values()], pa.int32()),
             }
         )
         counts = {
-            "traces_done": len(rows),
-            "traces_judged": len(judged),
-            "judge_input_tokens": tokens[0],
-            "judge_output_tokens": tokens[1],
+            "traces_done": len(flight.inputs),
+            "traces_judged": len(flight.judged),
+            "judge_input_tokens": flight.tokens[0],
+            "judge_output_tokens": flight.tokens[1],
         }
         written, replaced = self.store.write_rescore(
-            progress.run_id, revisions, scores, outbox, cursor, counts
+            progress.run_id, revisions, scores, outbox, flight.cursor, counts
         )
-        progress.traces_done += len(rows)
-        progress.traces_judged += len(judged)
+        progress.traces_done += len(flight.inputs)
+        progress.traces_judged += len(flight.judged)
         progress.scores_written += written
         progress.scores_replaced += replaced
         progress.waiting = None
         on_progress(progress)
-        return cursor
 
     @staticmethod
     def _judges(request: RescoreRequest, row: dict[str, Any]) -> bool:

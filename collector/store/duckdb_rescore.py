@@ -16,6 +16,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.schema.tables import RESCORE_RUNS, SCORES
 from collector.store import duckdb_sessions as sessions
@@ -171,21 +172,32 @@ def move_replaced(
 ) -> tuple[int, pa.Table]:
     """Move the rows of `scores` that the new `scores` replace (same trace and name; ragpulse's own,
     trace-level) to `score_history`. Returns how many, and the aggregate keys they counted in."""
+    if not scores.num_rows:
+        return 0, pa.table({})
     pairs = pa.table({"trace_id": scores["trace_id"], "name": scores["name"]})
-    replaced = (
-        "FROM scores s SEMI JOIN (SELECT DISTINCT trace_id, name FROM _pairs) p "
-        "ON s.trace_id = p.trace_id AND s.name = p.name "
-        f"WHERE s.evaluator IN {OUR_EVALUATORS} AND s.level IS NULL"
-    )
-    columns = ", ".join(f"s.{c}" for c in SCORES.column_names)
+    # A replaced row has its trace's start minute as `bucket`, as its replacement has: the minutes of
+    # the batch bound the scan (row groups outside them are skipped by their min/max), so a batch
+    # costs the same on a store of ten thousand traces and of ten million.
+    first, last = pc.min(scores["bucket"]).as_py(), pc.max(scores["bucket"]).as_py()
     with registered(con, "_pairs", pairs):
-        affected = con.execute(f"SELECT DISTINCT {quoted(aggregate_key, 's.')} {replaced}").to_arrow_table()
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _replaced AS SELECT s.rowid AS replaced_rowid, s.* "
+            "FROM scores s SEMI JOIN (SELECT DISTINCT trace_id, name FROM _pairs) p "
+            "ON s.trace_id = p.trace_id AND s.name = p.name "
+            f"WHERE s.bucket BETWEEN ? AND ? AND s.evaluator IN {OUR_EVALUATORS} AND s.level IS NULL",
+            [first, last],
+        )
+    try:
+        affected = con.execute(f"SELECT DISTINCT {quoted(aggregate_key)} FROM _replaced").to_arrow_table()
+        columns = ", ".join(SCORES.column_names)
         moved = con.execute(
             f"INSERT INTO score_history BY NAME SELECT {columns}, now()::TIMESTAMP AS replaced_at, "
-            f"? AS replaced_by {replaced}",
+            "? AS replaced_by FROM _replaced",
             [run_id],
         ).fetchone()
-        con.execute("DELETE FROM scores WHERE rowid IN (SELECT s.rowid " + replaced + ")")
+        con.execute("DELETE FROM scores WHERE rowid IN (SELECT replaced_rowid FROM _replaced)")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _replaced")
     return int(moved[0]) if moved else 0, affected
 
 
