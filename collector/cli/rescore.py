@@ -18,6 +18,7 @@ from collector.cli.common import config_option, judge_errors, key_option, target
 from collector.config import Config
 from collector.rescore.request import RescoreRequest
 from collector.rescore.runner import Progress, RescoreError
+from collector.store.base import RescoreScopeError
 
 _POLL_SECONDS = 1.0
 
@@ -91,7 +92,8 @@ def _in_process(config: Config, request: RescoreRequest, as_json: bool) -> dict[
     from collector.rescore.setup import build_rescorer
     from collector.store import open_store
 
-    with writable(config), open_store(config.store_beside_workers()) as store:
+    # A dry run only reads: the file opened read-only (nothing migrated, nothing written).
+    with writable(config), open_store(config.store_beside_workers(), read_only=request.dry_run) as store:
         judge = None
         try:
             rescorer = build_rescorer(config, store)
@@ -109,6 +111,8 @@ def _in_process(config: Config, request: RescoreRequest, as_json: bool) -> dict[
                 rescorer = build_rescorer(config, store, judge)
             if not store.shared:  # the file is ours: a run marked running was killed
                 store.stop_orphaned_rescore_runs()
+            # No sessions refresher runs here: the sessions of each batch's turns are computed at once.
+            rescorer.after_batch = store.refresh_sessions
             stop = threading.Event()
             with _ProgressBar(as_json) as bar:
                 try:
@@ -118,7 +122,7 @@ def _in_process(config: Config, request: RescoreRequest, as_json: bool) -> dict[
                     raise click.ClickException(
                         "stopped: what was stored stays; the same command goes on from there"
                     ) from None
-        except RescoreError as exc:
+        except (RescoreError, RescoreScopeError) as exc:
             raise click.ClickException(str(exc)) from None
         finally:
             if judge is not None:

@@ -21,9 +21,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from collector.api import OrjsonResponse
-from collector.rescore.jobs import RescoreBusy, RescoreJobs
+from collector.rescore.jobs import RescoreJobs
 from collector.rescore.request import RescoreRequest
-from collector.rescore.runner import RescoreError
+from collector.rescore.runner import RescoreBusy, RescoreError
 
 # What a run's row says; the live run adds its progress (`waiting`, `resumed`).
 _RUNS_LISTED = 20

@@ -11,13 +11,9 @@ from typing import Any
 
 from collector.lifecycle import Component, remaining
 from collector.rescore.request import RescoreRequest
-from collector.rescore.runner import Progress, Rescorer
+from collector.rescore.runner import Progress, RescoreBusy, Rescorer
 
 log = logging.getLogger(__name__)
-
-
-class RescoreBusy(RuntimeError):
-    """A run is in progress already (its id in the message)."""
 
 
 class RescoreJobs(Component):

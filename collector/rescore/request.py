@@ -31,8 +31,13 @@ class RescoreRequest(BaseModel):
     @field_validator("since")
     @classmethod
     def _duration(cls, value: str) -> str:
-        if parse_duration(value) <= 0:
+        seconds = parse_duration(value)
+        if seconds <= 0:
             raise ValueError("a duration such as 1h, 7d or 30d")
+        try:
+            utc_now() - timedelta(seconds=seconds)
+        except OverflowError:
+            raise ValueError(f"{value} reaches before the year 1") from None
         return value
 
     @field_validator("until")

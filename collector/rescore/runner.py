@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -45,11 +45,18 @@ log = logging.getLogger(__name__)
 # Traces per batch when the judge scores, per judge call slot (its calls are the slow part: a batch is
 # a few rounds of them); without the judge, `scoring.rescore_batch`.
 JUDGE_BATCH_PER_SLOT = 4
+# A run marked `running` whose progress is older than this is taken up by the same request: its
+# process died (on a file, a process that opens it marks such runs stopped at once).
+LEASE_SECONDS = 900.0
 _HASH_SCALE = 1 << 64
 
 
 class RescoreError(ValueError):
     """A request that cannot run here (an unknown score name, a judge score without a judge, ...)."""
+
+
+class RescoreBusy(RescoreError):
+    """A run is in progress already (its id in the message)."""
 
 
 class Stopped(Exception):
@@ -147,6 +154,8 @@ class Rescorer:
     workers: int = 2
     niceness: int = 10
     batch: int = 1000  # traces per batch (`scoring.rescore_batch`)
+    # After each stored batch (the command line: compute its sessions again, no refresher runs there).
+    after_batch: Callable[[], object] | None = None
     prices: Callable[[int, int], float | None] = lambda i, o: None
     clock: Callable[[], float] = time.monotonic
 
@@ -234,7 +243,13 @@ class Rescorer:
             plan.scope = RescoreScope(
                 found["window_start"], found["window_end"], plan.scope.service, plan.scope.slice
             )
-            self.store.set_rescore_status(found["run_id"], "running")
+            stale_before = utc_now() - timedelta(seconds=LEASE_SECONDS)
+            if not self.store.claim_rescore_run(found["run_id"], stale_before):
+                raise RescoreBusy(
+                    f"rescore run {found['run_id']} is in progress in another process (progress at "
+                    f"{found['updated_at']:%Y-%m-%d %H:%M:%S} UTC); if that process died, the same request "
+                    f"takes it up {LEASE_SECONDS // 60:.0f} minutes after its last progress"
+                )
             cursor = (found["cursor_start"], found["cursor_trace"]) if found["cursor_trace"] else None
             progress = Progress(
                 found["run_id"],
@@ -294,20 +309,23 @@ class Rescorer:
         # is written (the write is a third of the time; bench/README.md, "Rescore").
         stored: _InFlight | None = None
         try:
-            while not stop.is_set():
-                batch = self.store.next_rescore_batch(plan.scope, cursor, size)
-                flight = None
-                if batch.num_rows:
-                    flight = self._begin(plan, judged, progress, batch, scorer, calls, stop, on_progress)
-                    cursor = flight.cursor
-                if stored is not None:
-                    self._store(stored, progress, on_progress)
-                stored = flight
-                if flight is None:
-                    break
+            try:
+                while not stop.is_set():
+                    batch = self.store.next_rescore_batch(plan.scope, cursor, size)
+                    flight = None
+                    if batch.num_rows:
+                        flight = self._begin(plan, judged, progress, batch, scorer, calls, stop, on_progress)
+                        cursor = flight.cursor
+                    if stored is not None:
+                        self._store(stored, progress, on_progress)
+                    stored = flight
+                    if flight is None:
+                        break
+            except Stopped:  # while the next batch waited for the judge's budget
+                pass
+            if stored is not None:  # scored whole (its judge calls made): stored, not thrown away
+                self._store(stored, progress, on_progress)
             progress.status = "stopped" if stop.is_set() else "done"
-        except Stopped:
-            progress.status = "stopped"
         except KeyboardInterrupt:  # Ctrl-C on the command: what was stored stays
             progress.status = "stopped"
             self._end(progress)
@@ -397,6 +415,8 @@ class Rescorer:
         progress.scores_written += written
         progress.scores_replaced += replaced
         progress.waiting = None
+        if self.after_batch is not None:
+            self.after_batch()
         on_progress(progress)
 
     @staticmethod
@@ -438,10 +458,14 @@ class Rescorer:
                 judge.redactor,
                 earlier.get(trace_id, ()),
             )
-            self._wait_for_budget(len(evaluators), progress, stop, on_progress)
-            futures.append(
-                (trace, revision, [calls.submit(_judged, name, ev, trace) for name, ev in evaluators])
-            )
+            submitted = []
+            for (
+                name,
+                evaluate,
+            ) in evaluators:  # one call at a time: a budget below the evaluators' count still admits
+                self._wait_for_budget(1, progress, stop, on_progress)
+                submitted.append(calls.submit(_judged, name, evaluate, trace))
+            futures.append((trace, revision, submitted))
         scored = []
         for trace, revision, pending in futures:
             scores = [f.result() for f in pending]

@@ -80,6 +80,10 @@ class RescoreScope:
     slice: tuple[str, str] | None = None
 
 
+class RescoreScopeError(ValueError):
+    """A rescore scope the store cannot select (a slice dimension it does not have)."""
+
+
 @dataclass(frozen=True)
 class RescoreTotals:
     """How many traces a rescore scope holds, and how many of them the judge scored before."""
@@ -283,7 +287,12 @@ class RescoreBook(JudgeQueue):
 
     @abstractmethod
     def set_rescore_status(self, run_id: str, status: str, error: str | None = None) -> None:
-        """A run taken up again (`running`) or ended (`done`, `stopped`, `failed`)."""
+        """A run ended: `done`, `stopped`, `failed` (with `error`)."""
+
+    @abstractmethod
+    def claim_rescore_run(self, run_id: str, stale_before: datetime) -> bool:
+        """Take up an unfinished run: false when another process runs it (status `running` with
+        progress since `stale_before`)."""
 
     @abstractmethod
     def stop_orphaned_rescore_runs(self) -> int:

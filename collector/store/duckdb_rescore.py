@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from collector.schema.tables import RESCORE_RUNS, SCORES
 from collector.store import duckdb_sessions as sessions
-from collector.store.base import RescoreScope, RescoreTotals
+from collector.store.base import RescoreScope, RescoreScopeError, RescoreTotals
 from collector.store.duckdb_rows import ids_table, quoted, registered
 from collector.store.reads.predicates import OUR_EVALUATORS
 
@@ -48,7 +48,7 @@ def scope_where(scope: RescoreScope, dimensions: Sequence[str]) -> tuple[str, li
         name, value = scope.slice
         if name not in dimensions:
             known = ", ".join(dimensions) or "none is declared (monitoring.dimensions)"
-            raise ValueError(f"--slice: {name!r} is not a slice dimension; dimensions: {known}")
+            raise RescoreScopeError(f"slice: {name!r} is not a slice dimension; dimensions: {known}")
         clauses.append(f"{quoted([name])} = ?")
         params.append(value)
     return " AND ".join(clauses), params
@@ -143,6 +143,18 @@ def set_status(con: duckdb.DuckDBPyConnection, run_id: str, status: str, error: 
     )
 
 
+def claim(con: duckdb.DuckDBPyConnection, run_id: str, stale_before: datetime) -> bool:
+    """Take up a run: `running` again unless another process runs it (`running`, with progress since
+    `stale_before`). One of two processes claiming it at once changes the row; the other finds it
+    running (on a lake, its conflicting update fails and is retried, and then finds it so)."""
+    found = con.execute(
+        "UPDATE rescore_runs SET status = 'running', error = NULL, finished_at = NULL, "
+        "updated_at = now()::TIMESTAMP WHERE run_id = ? AND (status <> 'running' OR updated_at < ?)",
+        [run_id, stale_before],
+    ).fetchone()
+    return bool(found and found[0])
+
+
 def stop_orphans(con: duckdb.DuckDBPyConnection) -> int:
     """Runs left `running` by a process that ended without saying so (killed): `stopped`."""
     found = con.execute(
@@ -199,6 +211,19 @@ def move_replaced(
     finally:
         con.execute("DROP TABLE IF EXISTS _replaced")
     return int(moved[0]) if moved else 0, affected
+
+
+def mark_judged(con: duckdb.DuckDBPyConnection, scores: pa.Table) -> None:
+    """The traces the judge scored in this batch count as judged (`judge_status = 'done'`), so a
+    later rescore's default (the traces the judge scored before) takes them too."""
+    judged = pc.unique(scores.filter(pc.equal(scores["evaluator"], "judge"))["trace_id"])
+    if not len(judged):
+        return
+    with registered(con, "_judged", pa.table({"trace_id": judged})):
+        con.execute(
+            "UPDATE traces SET judge_status = 'done', scored_at = now()::TIMESTAMP "
+            "WHERE trace_id IN (SELECT trace_id FROM _judged) AND judge_status IS DISTINCT FROM 'done'"
+        )
 
 
 def advance(

@@ -374,6 +374,9 @@ class DuckDBStore(DuckDBBase):
     def set_rescore_status(self, run_id: str, status: str, error: str | None = None) -> None:
         self._write(lambda con: rescore.set_status(con, run_id, status, error))
 
+    def claim_rescore_run(self, run_id: str, stale_before: datetime) -> bool:
+        return self._write(lambda con: rescore.claim(con, run_id, stale_before))
+
     def stop_orphaned_rescore_runs(self) -> int:
         return self._write(rescore.stop_orphans)
 
@@ -392,6 +395,7 @@ class DuckDBStore(DuckDBBase):
             replaced, affected = rescore.move_replaced(con, kept, run_id, self.aggregate_key)
             insert_rows(con, "evaluation_outbox", self._stamp(rows_of(outbox, keep)))
             self._insert_scores(con, kept, affected, judging.slices_of(con, keep, self.dimensions))
+            rescore.mark_judged(con, kept)
             rescore.advance(
                 con,
                 run_id,

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from opentelemetry import trace
 
 from collector.rescore.runner import Stopped
 from collector.service import BackgroundService
@@ -469,3 +470,58 @@ def test_on_a_lake_a_rescore_replaces_scores_and_keeps_the_aggregates_equal_to_a
         assert kept == recount
         assert rows("SELECT count(*), count(DISTINCT trace_id) FROM score_history") == [(8, 8)]
         assert rows("SELECT DISTINCT threshold FROM scores WHERE name = 'faithfulness'") == [(0.95,)]
+
+
+def test_a_second_process_does_not_take_up_a_run_in_progress(store_copy: Path) -> None:
+    from collector.config import Config
+    from collector.rescore.request import RescoreRequest
+    from collector.rescore.runner import RescoreBusy
+    from collector.rescore.setup import build_rescorer
+
+    config = Config()
+    with open_store(StoreConfig(path=str(store_copy))) as store:
+        request = RescoreRequest(since="1h", evaluators=["citation"])
+        first = build_rescorer(config, store).start(request, "cli")
+        assert first[1].status == "running"
+        with pytest.raises(RescoreBusy, match="is in progress in another process"):
+            build_rescorer(config, store).start(request, "cli")
+
+
+def test_the_sessions_of_rescored_turns_are_computed_again_by_the_command(tmp_path: Path) -> None:
+    config = make_config(tmp_path, assembler=fast_assembler(), sessions={"refresh_interval": 0.2})
+    with BackgroundService(config) as svc:
+        provider = sdk_tracer_provider(svc, "shop")
+        tracer = provider.get_tracer("t")
+        for i in range(6):
+
+            def mark_root(i: int = i) -> None:
+                trace.get_current_span().set_attribute("session.id", f"chat-{i % 2}")
+
+            emit_rag_request(
+                tracer, f"Do you ship to Norway, order {i}?", "We ship to Norway.", "Yes.", mark_root
+            )
+        provider.shutdown()
+        wait_for(
+            lambda: sql(svc, "SELECT sum(turns) AS n FROM sessions")[0]["n"],
+            lambda n: n == 6,
+            timeout=30,
+            what="two sessions of three turns",
+        )
+    db = Path(config.store.path)
+    # Online, "Yes." repeats no word of the question: answer_relevance fails on every turn.
+    before = file_rows(db, "SELECT score_fails FROM sessions ORDER BY session_id")
+    assert [r["score_fails"]["answer_relevance"] for r in before] == [3, 3]
+    lenient = write_config(tmp_path, evaluators=[{"name": "answer_relevance", "min": 0.0}])
+    done = run_ragpulse("rescore", "--config", str(lenient), "--db", str(db), "--since", "1h", "--json")
+    assert done.returncode == 0, done.stderr
+    after = file_rows(db, "SELECT session_id, failed_turns, score_fails FROM sessions ORDER BY session_id")
+    recount = file_rows(
+        db,
+        "SELECT t.session_id, count(DISTINCT t.trace_id) FILTER (WHERE s.status = 'fail') AS failed_turns "
+        "FROM traces t JOIN scores s USING (trace_id) WHERE s.level IS NULL AND s.evaluator IN "
+        "('deterministic', 'judge') GROUP BY ALL ORDER BY ALL",
+    )
+    assert [(r["session_id"], r["failed_turns"]) for r in after] == [
+        (r["session_id"], r["failed_turns"]) for r in recount
+    ]
+    assert [r["score_fails"]["answer_relevance"] for r in after] == [0, 0]
