@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import click
+import duckdb
 import orjson
 from pydantic import ValidationError
 
@@ -117,8 +118,13 @@ def _in_process(config: Config, request: RescoreRequest, as_json: bool) -> dict[
             with _ProgressBar(as_json) as bar:
                 try:
                     progress = rescorer.run(request, "cli", bar.update, stop)
-                except KeyboardInterrupt:
+                except (KeyboardInterrupt, duckdb.InterruptException, RuntimeError) as exc:
+                    # Ctrl-C while DuckDB runs a statement reaches here as its interruption.
+                    if isinstance(exc, RuntimeError) and "interrupted" not in str(exc):
+                        raise
                     stop.set()
+                    if bar.last is not None:  # recorded as stopped, not as failed
+                        store.set_rescore_status(bar.last.run_id, "stopped")
                     raise click.ClickException(
                         "stopped: what was stored stays; the same command goes on from there"
                     ) from None
@@ -166,6 +172,7 @@ class _ProgressBar:
         self._bar: Any = None
         self._task: Any = None
         self._shown: tuple[int, str | None, str] | None = None
+        self.last: Progress | None = None  # the run's latest progress
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> _ProgressBar:
@@ -186,6 +193,7 @@ class _ProgressBar:
         return self
 
     def update(self, progress: Progress) -> None:
+        self.last = progress
         note = f"waiting for the judge's budget ({progress.waiting})" if progress.waiting else ""
         if self._lines:
             shown = (progress.traces_done, progress.waiting, progress.status)

@@ -525,3 +525,26 @@ def test_the_sessions_of_rescored_turns_are_computed_again_by_the_command(tmp_pa
         (r["session_id"], r["failed_turns"]) for r in recount
     ]
     assert [r["score_fails"]["answer_relevance"] for r in after] == [0, 0]
+
+
+def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_goes_on(
+    store_copy: Path, tmp_path: Path
+) -> None:
+    config = write_config(
+        tmp_path, evaluators=[{"name": "citation"}], scoring={"rescore_batch": 2}, assembler={"workers": 0}
+    )
+    command = ["rescore", "--config", str(config), "--db", str(store_copy), "--evaluator", "citation"]
+    proc = subprocess.Popen([str(RAGPULSE), *command], stderr=subprocess.PIPE, env=clean_env(), text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if " of " in line and int(line.split(": ")[1].split(" of ")[0]) >= 6:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=30) == 1
+    assert "Error: stopped: what was stored stays" in rest and "Traceback" not in rest
+    stopped = file_rows(store_copy, "SELECT status, traces_done FROM rescore_runs")
+    assert stopped[0]["status"] == "stopped" and 6 <= stopped[0]["traces_done"] < TRACES
+    again = run_ragpulse(*command, "--json")
+    assert json.loads(again.stdout)["traces_done"] == TRACES
+    assert file_rows(store_copy, "SELECT count(*) AS n FROM score_history") == [{"n": TRACES}]
