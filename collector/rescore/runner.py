@@ -124,6 +124,7 @@ class _InFlight:
 
     inputs: TraceInputs
     cursor: tuple[datetime, str]
+    first_start: datetime  # the batch's first trace's start (its last's is the cursor's)
     pending: list[Future[ScoreRows]] = field(default_factory=list)
     parts: list[ScoreRows] = field(default_factory=list)
     judged: list[str] = field(default_factory=list)
@@ -369,7 +370,7 @@ class Rescorer:
         }
         spans, events = self.store.read_spans(list(inputs))
         now_us = int(time.time() * 1_000_000)
-        flight = _InFlight(inputs, (rows[-1]["start_time"], rows[-1]["trace_id"]))
+        flight = _InFlight(inputs, (rows[-1]["start_time"], rows[-1]["trace_id"]), rows[0]["start_time"])
         if scorer is not None:
             flight.pending = scorer.submit(scorer.split(spans, events, inputs, now_us, progress.run_id))
         flight.judged = [r["trace_id"] for r in rows if self._judges(plan.request, r)] if plan.judged else []
@@ -395,10 +396,15 @@ class Rescorer:
         parts = flight.parts + [future.result() for future in flight.pending]
         scores = pa.concat_tables([p.scores for p in parts]) if parts else ScoreRows.empty().scores
         outbox = pa.concat_tables([p.outbox for p in parts]) if parts else ScoreRows.empty().outbox
+        n = len(flight.inputs)
         revisions = pa.table(
             {
                 "trace_id": pa.array(list(flight.inputs), pa.string()),
                 "revision": pa.array([v[0] for v in flight.inputs.values()], pa.int32()),
+                # The batch's start times bound the store's look-ups of its traces.
+                "start_time": pa.array(
+                    [flight.first_start] * (n - 1) + [flight.cursor[0]], pa.timestamp("us")
+                ),
             }
         )
         counts = {

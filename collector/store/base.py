@@ -309,7 +309,7 @@ class RescoreBook(JudgeQueue):
         cursor: tuple[datetime, str],
         progress: dict[str, int],
     ) -> tuple[int, int]:
-        """In one transaction: the scores of the traces of `revisions` (trace_id, revision) still
+        """In one transaction: the scores of the traces of `revisions` (trace_id, revision, start_time) still
         at that assembly, in place of the rows they replace (moved to `score_history`, aggregates
         counted again), their outbox rows, and the run's cursor and `progress` counts. Returns
         (scores written, scores replaced)."""

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from collector.schema.tables import RESCORE_RUNS, SCORES
 from collector.store import duckdb_sessions as sessions
 from collector.store.base import RescoreScope, RescoreScopeError, RescoreTotals
-from collector.store.duckdb_rows import ids_table, quoted, registered
+from collector.store.duckdb_rows import quoted, registered
 from collector.store.reads.predicates import OUR_EVALUATORS
 
 # What the runs listing shows of each run (`RESCORE_RUNS` but its cursor).
@@ -168,15 +168,21 @@ def stop_orphans(con: duckdb.DuckDBPyConnection) -> int:
 # ---------------------------------------------------------------- a batch
 
 
-def current_traces(con: duckdb.DuckDBPyConnection, revisions: pa.Table) -> pa.Array:
-    """The trace ids of `revisions` (trace_id, revision) still at that assembly and not waiting for
-    the judge: a trace assembled again meanwhile was scored afresh by its assembly."""
-    with registered(con, "_revisions", revisions):
-        rows = con.execute(
-            "SELECT r.trace_id FROM _revisions r JOIN traces t ON t.trace_id = r.trace_id "
-            "AND t.assembly_count = r.revision AND t.judge_status IS DISTINCT FROM 'pending'"
+def current_traces(
+    con: duckdb.DuckDBPyConnection, revisions: pa.Table, dimensions: Sequence[str]
+) -> pa.Table:
+    """The traces of `revisions` (trace_id, revision, start_time) still at that assembly and not
+    waiting for the judge (a trace assembled again meanwhile was scored afresh by its assembly), with
+    what their score rows and sessions need: probe, the dimensions, session_id, service_name. The
+    batch's start times bound the scan (one scan for all three, pruned by the row groups' min/max)."""
+    first, last = pc.min(revisions["start_time"]).as_py(), pc.max(revisions["start_time"]).as_py()
+    with registered(con, "_revisions", revisions.select(["trace_id", "revision"])):
+        return con.execute(
+            f"SELECT t.trace_id, {quoted(('probe', *dimensions), 't.')}, t.session_id, t.service_name "
+            "FROM traces t JOIN _revisions r ON t.trace_id = r.trace_id AND t.assembly_count = r.revision "
+            "WHERE t.start_time BETWEEN ? AND ? AND t.judge_status IS DISTINCT FROM 'pending'",
+            [first, last],
         ).to_arrow_table()
-    return pa.array(rows["trace_id"].to_pylist(), pa.string())
 
 
 def move_replaced(
@@ -191,15 +197,16 @@ def move_replaced(
     # the batch bound the scan (row groups outside them are skipped by their min/max), so a batch
     # costs the same on a store of ten thousand traces and of ten million.
     first, last = pc.min(scores["bucket"]).as_py(), pc.max(scores["bucket"]).as_py()
+    # Read out (into Arrow, outside DuckDB's memory limit), then moved by row id.
     with registered(con, "_pairs", pairs):
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE _replaced AS SELECT s.rowid AS replaced_rowid, s.* "
+        replaced = con.execute(
+            "SELECT s.rowid AS replaced_rowid, s.* "
             "FROM scores s SEMI JOIN (SELECT DISTINCT trace_id, name FROM _pairs) p "
             "ON s.trace_id = p.trace_id AND s.name = p.name "
             f"WHERE s.bucket BETWEEN ? AND ? AND s.evaluator IN {OUR_EVALUATORS} AND s.level IS NULL",
             [first, last],
-        )
-    try:
+        ).to_arrow_table()
+    with registered(con, "_replaced", replaced):
         affected = con.execute(f"SELECT DISTINCT {quoted(aggregate_key)} FROM _replaced").to_arrow_table()
         columns = ", ".join(SCORES.column_names)
         moved = con.execute(
@@ -208,8 +215,6 @@ def move_replaced(
             [run_id],
         ).fetchone()
         con.execute("DELETE FROM scores WHERE rowid IN (SELECT replaced_rowid FROM _replaced)")
-    finally:
-        con.execute("DROP TABLE IF EXISTS _replaced")
     return int(moved[0]) if moved else 0, affected
 
 
@@ -241,10 +246,9 @@ def advance(
     )
 
 
-def sessions_to_score_again(con: duckdb.DuckDBPyConnection, trace_ids: pa.Array) -> set[sessions.SessionKey]:
-    """The sessions of these rescored turns: their rollups are computed again, and their
-    session-level scores given again (from the new scores) once they have ended."""
-    with registered(con, "_rescored", ids_table(trace_ids.to_pylist())):
-        touched = sessions.keys_of_traces(con, "_rescored")
+def sessions_to_score_again(con: duckdb.DuckDBPyConnection, current: pa.Table) -> set[sessions.SessionKey]:
+    """The sessions of these rescored turns (`current_traces` rows): their rollups are computed again,
+    and their session-level scores given again (from the new scores) once they have ended."""
+    touched = sessions.keys_of_rows(current)
     sessions.forget_scored(con, touched)
     return touched

@@ -390,11 +390,13 @@ class DuckDBStore(DuckDBBase):
         progress: dict[str, int],
     ) -> tuple[int, int]:
         def body(con: duckdb.DuckDBPyConnection) -> tuple[int, int, set[sessions.SessionKey]]:
-            keep = rescore.current_traces(con, revisions)
+            current = rescore.current_traces(con, revisions, self.dimensions)
+            keep = current["trace_id"].combine_chunks()
             kept = rows_of(scores, keep)
             replaced, affected = rescore.move_replaced(con, kept, run_id, self.aggregate_key)
             insert_rows(con, "evaluation_outbox", self._stamp(rows_of(outbox, keep)))
-            self._insert_scores(con, kept, affected, judging.slices_of(con, keep, self.dimensions))
+            slices = current.select(["trace_id", "probe", *self.dimensions])
+            self._insert_scores(con, kept, affected, slices)
             rescore.mark_judged(con, kept)
             rescore.advance(
                 con,
@@ -402,7 +404,7 @@ class DuckDBStore(DuckDBBase):
                 cursor,
                 {**progress, "scores_written": kept.num_rows, "scores_replaced": replaced},
             )
-            return kept.num_rows, replaced, rescore.sessions_to_score_again(con, keep)
+            return kept.num_rows, replaced, rescore.sessions_to_score_again(con, current)
 
         written, replaced, touched = self._write(body)
         self._touched.add(touched)
