@@ -186,9 +186,7 @@ def heap_dump(path: Path) -> str:
     except AttributeError:
         return "no jemalloc preloaded"
     name = ctypes.c_char_p(str(path).encode())
-    mallctl.argtypes = [
-        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t
-    ]
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     failed = mallctl(b"prof.dump", None, None, ctypes.byref(name), ctypes.sizeof(name))
     return f"prof.dump failed: {failed}" if failed else str(path)
 
