@@ -534,7 +534,9 @@ def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_goes_on(
         tmp_path, evaluators=[{"name": "citation"}], scoring={"rescore_batch": 2}, assembler={"workers": 0}
     )
     command = ["rescore", "--config", str(config), "--db", str(store_copy), "--evaluator", "citation"]
-    proc = subprocess.Popen([str(RAGPULSE), *command], stderr=subprocess.PIPE, env=clean_env(), text=True)
+    proc = subprocess.Popen(
+        [str(RAGPULSE), *command], stderr=subprocess.PIPE, env=clean_env(), text=True, start_new_session=True
+    )
     assert proc.stderr is not None
     for line in proc.stderr:
         if " of " in line and int(line.split(": ")[1].split(" of ")[0]) >= 6:

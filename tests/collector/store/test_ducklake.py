@@ -616,10 +616,14 @@ def test_two_replica_coordinators_agree_under_races(lake: dict[str, Any]) -> Non
         ids = [uuid.uuid4().hex for _ in range(200)]
         won: dict[str, list[str]] = {"r1": [], "r2": []}
         errors: list[Exception] = []
+        # Both begin together: on a busy machine a thread started first could claim every trace
+        # before the other one ran at all (seen in a full run beside a benchmark).
+        together = threading.Barrier(2)
 
         def claim(store: DuckLakeStore, name: str) -> None:
             order = ids if name == "r1" else ids[::-1]  # they meet in the middle
             try:
+                together.wait(30)
                 for start in range(0, len(order), 20):
                     won[name] += list(store.claim_traces(dict.fromkeys(order[start : start + 20], 3)))
             except Exception as exc:  # collected: a thread's failure must fail the test
