@@ -109,11 +109,9 @@ def _in_process(config: Config, request: RescoreRequest, as_json: bool) -> dict[
 
                 with judge_errors():
                     judge = open_judge(config.judge)
-                rescorer = build_rescorer(config, store, judge)
+            rescorer = build_rescorer(config, store, judge, refresh_sessions=True)
             if not store.shared:  # the file is ours: a run marked running was killed
                 store.stop_orphaned_rescore_runs()
-            # No sessions refresher runs here: the sessions of each batch's turns are computed at once.
-            rescorer.after_batch = store.refresh_sessions
             stop = threading.Event()
             with _ProgressBar(as_json) as bar:
                 try:
