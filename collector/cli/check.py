@@ -297,7 +297,13 @@ def _print(outcome: Outcome) -> None:
         if failing:
             click.echo(f"failing slices: {'; '.join(failing)}")
     if comparisons is not None and baseline is not None:
-        click.echo(f"regression: against {baseline.describe(window)}")
+        against = baseline.describe(window)
+        compared = [c for c in comparisons if c.n_baseline]
+        if not compared:  # one line, not a row per score saying the same
+            click.echo(f"regression: no scores in the baseline ({against}) to compare with")
+            click.echo(f"result: {outcome.verdict}")
+            return
+        click.echo(f"regression: against {against}")
         rows = [
             [
                 *([c.slice or "-"] if by else []),
@@ -312,7 +318,7 @@ def _print(outcome: Outcome) -> None:
                 "-" if c.p_value is None else f"{c.p_value:.2g}",
                 c.status,
             ]
-            for c in comparisons
+            for c in compared
         ]
         headers = [
             *(["slice"] if by else []),
@@ -328,4 +334,9 @@ def _print(outcome: Outcome) -> None:
             "result",
         ]
         print_table(headers, rows, width=TABLE_WIDTH)
+        missing = sorted(
+            {f"{c.score} ({c.service})" if c.service else c.score for c in comparisons if not c.n_baseline}
+        )
+        if missing:
+            click.echo(f"no baseline scores (not compared): {', '.join(missing)}")
     click.echo(f"result: {outcome.verdict}")

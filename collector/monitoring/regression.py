@@ -48,7 +48,7 @@ class Baseline:
             return f"service.version {self.version} (the window's {against})"
         assert self.shift is not None
         before = recent.before(self.shift)
-        return f"{before.start.isoformat(sep=' ')} to {before.end.isoformat(sep=' ')}"
+        return f"{before.start:%Y-%m-%d %H:%M} to {before.end:%Y-%m-%d %H:%M} UTC"
 
 
 @dataclass(frozen=True)

@@ -204,3 +204,20 @@ def test_degraded_deploy_is_flagged_against_the_pinned_good_version(
 def _now() -> str:
     # A minute ahead, so that the scores of the current minute are inside the window.
     return (datetime.now(UTC) + timedelta(minutes=1)).replace(tzinfo=None).isoformat()
+
+
+def test_a_regression_without_baseline_scores_says_so_in_one_line(tmp_path: Path, seeded: Path) -> None:
+    """No score in the baseline window: one line (not a row per score saying `insufficient`), its
+    times in minutes as the window's; with some scores there, the others are named on one line."""
+    args = ["check", "--db", str(seeded), "--until", UNTIL, "--min", "faithfulness=0.5", "--regression"]
+    empty = run_ragpulse(*args, "--baseline", "30d", cwd=tmp_path)
+    assert (
+        "regression: no scores in the baseline (2026-11-01 11:00 to 2026-11-01 12:00 UTC) to compare with"
+        in empty.stdout
+    )
+    rows = [line for line in empty.stdout.splitlines() if not line.startswith("result:")]
+    assert not any("insufficient" in line for line in rows)  # no row per score saying so
+    partial = run_ragpulse(*args, cwd=tmp_path)
+    assert "regression: against 2026-11-30 11:00 to 2026-11-30 12:00 UTC" in partial.stdout
+    assert "no baseline scores (not compared): " in partial.stdout and "retrieval.recall@5" in partial.stdout
+    assert ".000000" not in partial.stdout
