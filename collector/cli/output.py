@@ -22,12 +22,15 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def print_records(records: list[dict[str, Any]], output_format: str) -> None:
-    """Rows (column name -> value) on stdout as `table`, `csv` or `json` (one JSON array)."""
+def print_records(
+    records: list[dict[str, Any]], output_format: str, columns: Sequence[str] | None = None
+) -> None:
+    """Rows (column name -> value) on stdout as `table`, `csv` or `json` (one JSON array); `columns`:
+    the header when there is no row to read it from."""
     if output_format == "json":
         sys.stdout.write(orjson.dumps(records).decode() + "\n")
         return
-    columns = list(records[0]) if records else []
+    columns = list(records[0]) if records else list(columns or [])
     if output_format == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
+from collector.api_client import ApiError
 from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_records
-from collector.store.sql import user_sql
+from collector.store.reads import SqlRunner
+from collector.store.sql import QueryError, user_sql
 
 
 @click.command()
@@ -42,6 +44,17 @@ def sql(
     # On the file, the same limits and JSON as through a server (which applies its own `sql:`).
     with sql_runner(config, url) as run, user_sql(config.sql):
         records, truncated = run(query, limit)
-    print_records(records, output_format)
+        columns = _columns_of(run, query, limit) if not records and output_format != "json" else None
+    print_records(records, output_format, columns)
     if truncated:
         click.echo(f"(stopped at {limit} rows; raise --max-rows or add LIMIT)", err=True)
+
+
+def _columns_of(run: SqlRunner, query: str, limit: int) -> list[str] | None:
+    """The columns of a query that returned no row, for the table's header (`DESCRIBE` of it; None
+    when it cannot be described, such as a statement that is no SELECT)."""
+    try:
+        described, _ = run(f"DESCRIBE {query.strip().rstrip(';')}", limit)
+    except (QueryError, ApiError):
+        return None
+    return [str(row["column_name"]) for row in described]

@@ -106,7 +106,7 @@ class Forwarder(Component):
                 self._send(request)
             except Exception as exc:
                 self._metrics.forward_dropped.inc()
-                log.warning("forwarding to %s failed: %s", self._config.endpoint, exc)
+                log.warning("forwarding to %s failed: %s", self._config.endpoint, one_line(exc))
 
     def _grpc_sender(self) -> Callable[[Export], None]:
         target, secure = _grpc_target(self._config.endpoint or "")
@@ -138,3 +138,12 @@ class Forwarder(Component):
             response.raise_for_status()
 
         return send
+
+
+def one_line(exc: BaseException) -> str:
+    """An export's failure in one line: a gRPC error's status and details (its text spans lines and
+    carries the debug string), else the exception's first line."""
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") and hasattr(exc, "details"):
+        return f"{exc.code().name}: {exc.details()}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__

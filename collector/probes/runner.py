@@ -229,15 +229,18 @@ class ProbeRunner(BackgroundWorker):
         row["finished_at"] = self._clock()
         self._write(row)
         self._metrics.probe_runs.labels(name, row["status"]).inc()
-        log.info(
-            "probe %s: run %s %s: %s of %s answered, %s traces received",
-            name,
-            row["run_id"],
-            row["status"],
-            row.get("answered"),
-            row.get("cases"),
-            row.get("traces_received"),
-        )
+        if row.get("error"):  # said at ERROR above: no counts of a run that did not run
+            log.info("probe %s: run %s %s", name, row["run_id"], row["status"])
+        else:
+            log.info(
+                "probe %s: run %s %s: %s of %s answered, %s traces received",
+                name,
+                row["run_id"],
+                row["status"],
+                row.get("answered") or 0,
+                row.get("cases") or 0,
+                row.get("traces_received") or 0,
+            )
         return row
 
     def _send_and_wait(self, probe: ProbeConfig, row: dict[str, Any]) -> None:

@@ -837,7 +837,7 @@ async function probesPage(params) {
     return { chrome: ["probes", []], content: out };
   }
   out.push(h("p", { class: "muted", id: "probe-count" },
-    `The ${listed.runs.length === 1 ? "only run" : `${listed.runs.length} most recent runs`}${probe ? "" : " of every probe"}, newest first. `,
+    listed.runs.length === 1 ? `One run${probe ? "" : " of a probe"} so far. ` : `The ${listed.runs.length} most recent runs${probe ? "" : " of every probe"}, newest first. `,
     probe ? [h("a", { href: "#/probes" }, "every probe"), " · ", h("a", { href: tracesHref({ probe }) }, "its traces"), " · ",
       h("a", { href: `#/overview?probe=${encodeURIComponent(probe)}` }, "its figures on the overview")] : null));
   out.push(probeRunsTable(listed.runs));

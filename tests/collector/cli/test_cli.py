@@ -347,6 +347,18 @@ def test_sql_goes_through_the_advertised_server(server, tmp_path):
     assert run.json() == [{"x": 42}]
 
 
+def test_a_query_without_rows_still_shows_its_columns(server, tmp_path):
+    """No row: the table and the CSV still have their header (the columns asked for), through the
+    server as on the file; a statement that cannot be described is printed as before."""
+    empty = "SELECT trace_id, name AS span_name FROM spans WHERE false"
+    as_csv = ragpulse("sql", empty, "--server", server.http_url, "--format", "csv", cwd=tmp_path)
+    assert as_csv.out == "trace_id,span_name\n", as_csv.err
+    table = ragpulse("sql", empty, "--server", server.http_url, cwd=tmp_path)
+    assert "trace_id" in table.out and "span_name" in table.out and "0 row(s)" in table.out
+    as_json = ragpulse("sql", empty, "--server", server.http_url, "--format", "json", cwd=tmp_path)
+    assert as_json.json() == []
+
+
 def test_replay_through_server_url_and_advertised_db(server, tmp_path):
     before = count(server.db, tmp_path, "--server", server.http_url)
     path, requests, rows = write_capture(tmp_path, "jsonl")

@@ -38,6 +38,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from collector.service import BackgroundService, Service
 from tests.support.helpers import (
+    free_port,
     key_values,
     make_config,
     metric,
@@ -593,6 +594,34 @@ def downstream(tmp_path: Path) -> Iterator[Service]:
     (tmp_path / "down").mkdir()
     with BackgroundService(make_config(tmp_path / "down")) as svc:
         yield svc
+
+
+def test_a_downstream_that_is_down_is_one_log_line(tmp_path, caplog):
+    """A forward the downstream refuses is logged in one line with its gRPC status, not the
+    multi-line `_InactiveRpcError` (issue 44)."""
+    config = make_config(
+        tmp_path,
+        exporters={
+            "forward_spans": True,
+            "otlp": {"endpoint": f"127.0.0.1:{free_port()}", "protocol": "grpc", "timeout": 1},
+        },
+    )
+    with caplog.at_level("WARNING", logger="collector.exporters.forwarder"), BackgroundService(config) as svc:
+        provider = TracerProvider(resource=Resource.create({"service.name": "fwd-svc"}))
+        provider.add_span_processor(
+            SimpleSpanProcessor(GrpcSpanExporter(endpoint=f"127.0.0.1:{svc.grpc_port}", insecure=True))
+        )
+        with provider.get_tracer("t").start_as_current_span("lonely"):
+            pass
+        provider.shutdown()
+        failed = wait_for(
+            lambda: [r.getMessage() for r in caplog.records if "forwarding to" in r.getMessage()],
+            lambda found: bool(found),
+            timeout=30,
+            what="the failed forward's log line",
+        )
+    assert "\n" not in failed[0] and "_InactiveRpcError" not in failed[0], failed[0]
+    assert "failed: UNAVAILABLE: " in failed[0], failed[0]
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
