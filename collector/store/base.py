@@ -152,9 +152,11 @@ class AssemblyTables(SpanReads, CaseBook):
     the claims that keep replicas from assembling a trace twice)."""
 
     @abstractmethod
-    def pending_trace_ids(self) -> list[str]:
+    def pending_trace_ids(self, received_before: datetime | None = None) -> list[str]:
         """Traces with stored spans that no assembly has seen: never assembled, or spans or log
-        events received after their last assembly (a crash between commit and assembly)."""
+        events received after their last assembly (a crash between commit and assembly). With
+        `received_before`, only rows received before then count (the start-up recovery: what came
+        since the assembler started is assembled as it comes, not taken up early as `recovery`)."""
 
     @abstractmethod
     def has_traces(self) -> bool:

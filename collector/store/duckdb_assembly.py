@@ -15,18 +15,22 @@ from collector.store.schema_sql import first_stored
 _IDS = "_assembly_ids"
 
 
-def pending_trace_ids(con: duckdb.DuckDBPyConnection) -> list[str]:
+def pending_trace_ids(con: duckdb.DuckDBPyConnection, received_before: datetime | None = None) -> list[str]:
     """The traces with rows stored but not assembled (or stored since their assembly, first
-    copies only), in the order their last rows came."""
+    copies only), in the order their last rows came; with `received_before`, of the rows received
+    before then only."""
     # Events of a trace with no span yet make it wait for its spans, as in the running service.
     # Rows that came after a trace's assembly may all be later copies of rows it had (a retried
     # or replayed export): such a trace is not pending. Only the few traces with later rows are
     # read again for their first copies; every row counts for the others, which is cheaper.
+    before = "" if received_before is None else "WHERE received_at < $before"
+    params = {} if received_before is None else {"before": received_before}
     rows = con.execute(
         f"""
-            WITH s AS (SELECT trace_id, max(received_at) AS last FROM received_spans GROUP BY trace_id),
+            WITH s AS (SELECT trace_id, max(received_at) AS last FROM received_spans {before}
+                       GROUP BY trace_id),
                  e AS (SELECT trace_id, max(received_at) AS last FROM received_span_events
-                       WHERE source = 'log' GROUP BY trace_id),
+                       WHERE source = 'log' {before.replace("WHERE", "AND")} GROUP BY trace_id),
                  c AS (SELECT s.trace_id, s.last, t.trace_id IS NULL AS new, t.last_received_at AS seen
                        FROM s
                        LEFT JOIN e ON e.trace_id = s.trace_id
@@ -44,7 +48,8 @@ def pending_trace_ids(con: duckdb.DuckDBPyConnection) -> list[str]:
             WHERE new OR trace_id IN (SELECT trace_id FROM firsts JOIN late USING (trace_id)
                                       WHERE firsts.received_at > late.seen)
             ORDER BY last
-            """
+            """,
+        params,
     ).fetchall()
     return [r[0] for r in rows]
 

@@ -90,9 +90,9 @@ class DuckDBStore(DuckDBBase):
             ).to_arrow_table()
         return spans, events
 
-    def pending_trace_ids(self) -> list[str]:
+    def pending_trace_ids(self, received_before: datetime | None = None) -> list[str]:
         with self._cursor() as con:
-            return assembly.pending_trace_ids(con)
+            return assembly.pending_trace_ids(con, received_before)
 
     def has_traces(self) -> bool:
         with self._cursor() as con:

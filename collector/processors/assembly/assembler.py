@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime
 
 from collector.lifecycle import Component, remaining
 from collector.otlp.batch import SpanBatch
@@ -32,6 +33,7 @@ from collector.processors.scoring import ScoringSetup
 from collector.processors.slices import Dimension, SliceCaps
 from collector.processors.spill import SpillDirectory
 from collector.schema.span_records import SPAN_COLUMNS
+from collector.schema.windows import utc_now
 from collector.store.base import AssemblyTables
 from collector.store.health import log_failure
 from collector.telemetry import Metrics
@@ -86,6 +88,7 @@ class TraceAssembler(Component):
         self._stopping = False
         self._recovery_due = False  # set when the store writes again after failing
         self._history_checked = False  # the start-up recovery asked the store what it holds
+        self._started_at: datetime | None = None  # `start`: the recovery takes what came before
         store.health.on_recovery(self._recover_later)
         self._thread = threading.Thread(target=self._run, name="ragpulse-assembler", daemon=True)
 
@@ -115,7 +118,9 @@ class TraceAssembler(Component):
         self._cases.mark_stale()
 
     def start(self) -> None:
-        """Start the assembler thread: it first recovers the traces stored but not assembled."""
+        """Start the assembler thread: it first recovers the traces stored but not assembled (before
+        now: the receivers start after it, and what they bring is assembled as it comes)."""
+        self._started_at = utc_now()
         self._thread.start()
 
     def stop(self, deadline: float | None = None) -> None:
@@ -231,7 +236,7 @@ class TraceAssembler(Component):
 
     def _recover(self) -> None:
         """Queue the traces stored but not (or not completely) assembled, e.g. before a crash."""
-        pending = self._store.pending_trace_ids()
+        pending = self._store.pending_trace_ids(received_before=self._started_at)
         self._claims.check_history()
         self._history_checked = True
         if pending:

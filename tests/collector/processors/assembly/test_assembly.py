@@ -16,6 +16,7 @@ import threading
 import time
 import types
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -1276,14 +1277,14 @@ class _FailsFirstRecovery(DuckDBStore):
         super().__init__(path)
         self.looks = 0
 
-    def pending_trace_ids(self) -> list[str]:
+    def pending_trace_ids(self, received_before: datetime | None = None) -> list[str]:
         self.looks += 1
         if self.looks == 1:
             raise duckdb.TransactionException(
                 "TransactionContext Error: Failed to get global stats information from DuckLake: "
                 "Current transaction is aborted (please ROLLBACK)"
             )
-        return super().pending_trace_ids()
+        return super().pending_trace_ids(received_before)
 
 
 def test_a_recovery_failing_at_start_on_the_store_is_run_when_the_store_writes_again(
