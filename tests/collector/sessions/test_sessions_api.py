@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -18,6 +18,7 @@ from opentelemetry import trace
 
 from collector.config import load_config
 from collector.config_base import ConfigError
+from collector.schema.windows import utc_now
 from collector.service import BackgroundService, Service
 from tests.support.helpers import (
     emit_rag_request,
@@ -52,15 +53,25 @@ def send_turn(tracer: Any, session: str, user: str, turn: int, answer: str = GRO
     return emit_rag_request(tracer, question(session, turn), DOCUMENT, answer, before_root_ends=mark_root)
 
 
+class Served(NamedTuple):
+    """The module's service, each session's trace ids in the order sent, and a time after the last
+    turn ended: the listings' `until`, so that their window never hangs on the wall clock between
+    the fixture and a test."""
+
+    svc: Service
+    sent: dict[str, list[str]]
+    until: str
+
+
 def scored_traces(svc: Service) -> int:
     return int(sql(svc, "SELECT count(DISTINCT trace_id) AS n FROM scores")[0]["n"])
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, dict[str, list[str]]]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """Two sessions of five turns in `shop` (the rough one with three unsupported answers) and one
     turn in `shop-2` under the calm session's id; every trace scored. Yields the service and each
-    session's trace ids in the order sent."""
+    session's trace ids in the order sent, and a time after the last turn."""
     tmp_path = tmp_path_factory.mktemp("sessions")
     config = make_config(tmp_path, assembler=fast_assembler(), sessions={"refresh_interval": 0.5})
     with BackgroundService(config) as svc:
@@ -74,6 +85,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, 
         send_turn(other.get_tracer("tests"), CALM, "u-other", 1)
         shop.shutdown()
         other.shutdown()
+        until = utc_now().isoformat()
         wait_for(lambda: scored_traces(svc), lambda n: n == 2 * TURNS + 1, timeout=30, what="scores")
         # The sessions refresher computes them again within its interval of the last write.
         wait_for(
@@ -82,7 +94,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, 
             timeout=10,
             what="the sessions refreshed",
         )
-        yield svc, sent
+        yield Served(svc, sent, until)
 
 
 def get(svc: Service, path: str, /, **params: Any) -> httpx.Response:
@@ -96,8 +108,13 @@ def ok(svc: Service, path: str, /, **params: Any) -> dict[str, Any]:
     return body
 
 
-def test_the_sessions_view_through_sql(served: tuple[Service, dict[str, list[str]]], tmp_path: Path) -> None:
-    svc, _ = served
+def listing(served: Served, **params: Any) -> dict[str, Any]:
+    """`GET /api/sessions` over the hour up to the fixture's last turn (`until`): all three sessions."""
+    return ok(served.svc, "/api/sessions", **{"since": "1h", "until": served.until, **params})
+
+
+def test_the_sessions_view_through_sql(served: Served, tmp_path: Path) -> None:
+    svc = served.svc
     rows = sql(
         svc,
         "SELECT session_id, service_name, user_id, turns, status, failed_turns, score_fails, score_means "
@@ -130,29 +147,28 @@ def test_the_sessions_view_through_sql(served: tuple[Service, dict[str, list[str
     assert json.loads(cli.stdout) == expected
 
 
-def test_sessions_are_listed_worst_first(served: tuple[Service, dict[str, list[str]]]) -> None:
-    svc, _ = served
-    body = ok(svc, "/api/sessions", since="1h")
-    assert (body["total"], body["limit"], body["offset"]) == (3, 50, 0)
+def test_sessions_are_listed_worst_first(served: Served) -> None:
+    svc = served.svc
+    body = listing(served)
+    stored = sql(svc, "SELECT session_id, service_name, last_activity FROM sessions")
+    assert (body["total"], body["limit"], body["offset"]) == (3, 50, 0), (body["window"], stored)
     assert body["window"]
     listed = [(s["session_id"], s["service_name"]) for s in body["sessions"]]
     # The rough session first (most failed turns); the two calm ones tie on failed turns (none) and
     # on their mean, so the newest activity comes first: shop-2's single turn was sent last.
     assert listed == [(ROUGH, "shop"), (CALM, "shop-2"), (CALM, "shop")]
-    best_first = ok(svc, "/api/sessions", since="1h", order="asc")["sessions"]
+    best_first = listing(served, order="asc")["sessions"]
     assert best_first[-1]["session_id"] == ROUGH
-    by_turns = ok(svc, "/api/sessions", since="1h", sort="turns", order="asc")["sessions"]
+    by_turns = listing(served, sort="turns", order="asc")["sessions"]
     assert [s["turns"] for s in by_turns] == [1, TURNS, TURNS]
-    recent = ok(svc, "/api/sessions", since="1h", sort="last_activity")["sessions"]
+    recent = listing(served, sort="last_activity")["sessions"]
     times = [s["last_activity"] for s in recent]
     assert times == sorted(times, reverse=True)
 
 
-def test_filters_and_paging(served: tuple[Service, dict[str, list[str]]]) -> None:
-    svc, _ = served
-
+def test_filters_and_paging(served: Served) -> None:
     def ids(**params: Any) -> list[tuple[str, str]]:
-        found = ok(svc, "/api/sessions", since="1h", **params)
+        found = listing(served, **params)
         return [(s["session_id"], s["service_name"]) for s in found["sessions"]]
 
     assert ids(user="u-rough") == [(ROUGH, "shop")]
@@ -161,17 +177,17 @@ def test_filters_and_paging(served: tuple[Service, dict[str, list[str]]]) -> Non
     assert len(ids(status="open")) == 3
     assert ids(user="nobody") == []
     # A window that ended before the turns were sent holds none of them.
-    assert ok(svc, "/api/sessions", since="1h", until="2020-01-01T00:00:00Z")["total"] == 0
+    assert listing(served, until="2020-01-01T00:00:00Z")["total"] == 0
     pages = [ids(limit=1, offset=offset) for offset in range(4)]
-    assert pages[3] == [] and ok(svc, "/api/sessions", since="1h", limit=1, offset=3)["total"] == 3
+    assert pages[3] == [] and listing(served, limit=1, offset=3)["total"] == 3
     seen = [page[0] for page in pages[:3]]
     assert seen == ids() and len(set(seen)) == 3
 
 
 def test_one_session_has_its_turns_in_order_with_their_scores(
-    served: tuple[Service, dict[str, list[str]]],
+    served: Served,
 ) -> None:
-    svc, sent = served
+    svc, sent = served.svc, served.sent
     body = ok(svc, f"/api/sessions/{ROUGH}")
     session = body["session"]
     assert (session["session_id"], session["service_name"], session["turns"]) == (ROUGH, "shop", TURNS)
@@ -195,8 +211,8 @@ def test_one_session_has_its_turns_in_order_with_their_scores(
     assert [t["trace_id"] for t in ok(svc, f"/api/sessions/{CALM}", service="shop")["turns"]] == sent[CALM]
 
 
-def test_unknown_sessions_and_bad_parameters(served: tuple[Service, dict[str, list[str]]]) -> None:
-    svc, _ = served
+def test_unknown_sessions_and_bad_parameters(served: Served) -> None:
+    svc = served.svc
     missing = get(svc, "/api/sessions/no-such-session")
     assert missing.status_code == 404 and "no-such-session" in missing.json()["error"]
     assert get(svc, f"/api/sessions/{ROUGH}", service="shop-2").status_code == 404
