@@ -229,7 +229,7 @@ class Coverage:
     covered: bool
     best: str | None  # label of the best-matching document
     ratio: float  # share of the sentence's content words in that document
-    missing_words: list[str]
+    missing_words: list[str]  # as the sentence writes them (the comparison is of stems)
     missing_numbers: list[str]
 
 
@@ -256,14 +256,14 @@ def cover(sentence: str, docs: Sequence[Doc], threshold: float) -> Coverage:
         if best is None or rank_key > best[0]:
             best = (rank_key, doc)
     if best is None:
-        return Coverage(sentence, False, None, 0.0, list(wanted), list(nums))
+        return Coverage(sentence, False, None, 0.0, tu.as_written(wanted, sentence), list(nums))
     (covered, _, ratio, _), doc = best
     return Coverage(
         sentence,
         covered,
         doc.label,
         ratio,
-        [w for w in wanted if w not in doc.words],
+        tu.as_written([w for w in wanted if w not in doc.words], sentence),
         [n for n in nums if n not in doc.numbers],
     )
 

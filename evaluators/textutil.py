@@ -32,6 +32,7 @@ understanding, not understanding. The rules:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -136,6 +137,28 @@ def content_word_list(text: str) -> tuple[str, ...]:
         if form:
             seen[form] = None
     return tuple(seen)
+
+
+# The words of `_WORD`, in any case: `as_written` finds them in the text as it was written.
+_WORD_AS_WRITTEN = re.compile(r"[a-z0-9]+(?:['.][a-z0-9]+)*", re.IGNORECASE)
+
+
+@lru_cache(maxsize=8192)
+def _written_forms(text: str) -> dict[str, str]:
+    forms: dict[str, str] = {}
+    for match in _WORD_AS_WRITTEN.finditer(text):
+        written = match.group()
+        form = _content_form(written.lower())
+        if form and form not in forms:
+            forms[form] = written
+    return forms
+
+
+def as_written(stemmed: Sequence[str], text: str) -> list[str]:
+    """Stemmed content words (`content_word_list`) as `text` first writes them, case kept: what an
+    explanation shows a person ("restocking", not "restock"). A stem the text does not hold stays."""
+    forms = _written_forms(text)
+    return [forms.get(word, word) for word in stemmed]
 
 
 # --------------------------------------------------------------------------- numbers

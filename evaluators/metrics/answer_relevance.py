@@ -68,8 +68,9 @@ def _build(name: str, min: float | None, options: Options) -> Evaluator:
             )
         answer_words = read_doc("answer", strip_citations(trace.answer)).words
         oks = [w in answer_words for w in wanted]
+        shown = tu.as_written(wanted, trace.question)
         items = score_items(
-            (w, ok, "in the answer" if ok else "not in the answer") for w, ok in zip(wanted, oks, strict=True)
+            (w, ok, "in the answer" if ok else "not in the answer") for w, ok in zip(shown, oks, strict=True)
         )
         found = sum(oks)
         explanation = f"{found} of {len(wanted)} question words repeated in the answer (rough lexical proxy)"

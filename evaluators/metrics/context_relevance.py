@@ -108,7 +108,7 @@ def _build(name: str, min: float | None, options: ContextRelevanceOptions) -> Ev
                 doc.label,
                 ok,
                 f"rank {rank}: {share:.0%} of the question's words ("
-                + ", ".join(sorted(wanted & doc.words) or ["none"])
+                + ", ".join(tu.as_written(sorted(wanted & doc.words), trace.question) or ["none"])
                 + ")",
             )
             for rank, (doc, share, ok) in enumerate(zip(docs, shares, oks, strict=True), start=1)

@@ -101,7 +101,8 @@ def test_faithfulness_share_of_covered_sentences_unsupported_first() -> None:
         ("Items must be unused.", True),
     ]
     assert (
-        score.items[0].evidence is not None and "missing words: ship, free, monday" in score.items[0].evidence
+        score.items[0].evidence is not None
+        and "missing words: Shipping, free, Mondays" in score.items[0].evidence
     )
     assert score.items[1].evidence == "best document d1: 100% of content words"
     # The default (1: every sentence covered) fails it; the aliases are the same score under their name.
@@ -273,6 +274,26 @@ def test_context_relevance_default_at_least_one_relevant() -> None:
     assert make_context_relevance()(_trace(DOCS)).label == "no_question"
 
 
+def test_explanations_show_the_words_as_written_not_their_stems() -> None:
+    """The comparison is of stems ("packag", "restock"); what a person reads quotes the text."""
+    expected = "You can request a refund within 30 days if the item is unused and in its original packaging."
+    correctness = make_answer_correctness()(_trace(answer="Refunds within 30 days.", expected=expected))
+    assert correctness.items[0].evidence == (
+        "missing from the answer: request, item, unused, original, packaging"
+    )
+    recall = make_context_recall()(
+        _trace([("d1", "Returns are free.")], expected="Getting a refund costs a 15 minute Restocking Fee.")
+    )
+    evidence = recall.items[0].evidence or ""
+    words = "missing words: Getting, refund, costs, minute, Restocking, Fee"
+    assert evidence.endswith(f"missing numbers: 15; {words}"), evidence
+    relevance = make_context_relevance()(
+        _trace([("d1", "Shipped orders arrive in 3 days.")], question="When do shipping orders arrive?")
+    )
+    assert relevance.items[0].evidence == "rank 1: 100% of the question's words (arrive, orders, shipping)"
+    assert tu.as_written(["restock", "ship", "zzz"], "Restocking SHIPPED") == ["Restocking", "SHIPPED", "zzz"]
+
+
 # --------------------------------------------------------------------------- answer scores
 
 
@@ -297,7 +318,7 @@ def test_answer_relevance_recall_of_question_words() -> None:
     score = make_answer_relevance()(_trace(question=QUESTION, answer="Refunds take 5 to 7 business days."))
     assert score.value == pytest.approx(2 / 3)
     assert score.status == "pass"
-    assert [(i.text, i.ok) for i in score.items] == [("long", False), ("refund", True), ("take", True)]
+    assert [(i.text, i.ok) for i in score.items] == [("long", False), ("refunds", True), ("take", True)]
     refusal = make_answer_relevance()(_trace(question=QUESTION, answer="I don't know."))
     assert (refusal.value, refusal.status, refusal.label) == (0.0, "fail", "noncommittal")
     assert make_answer_relevance()(_trace(question=QUESTION)).label == "no_answer"
