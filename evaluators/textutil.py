@@ -157,6 +157,8 @@ def _written_forms(text: str) -> dict[str, str]:
 def as_written(stemmed: Sequence[str], text: str) -> list[str]:
     """Stemmed content words (`content_word_list`) as `text` first writes them, case kept: what an
     explanation shows a person ("restocking", not "restock"). A stem the text does not hold stays."""
+    if not stemmed:  # a covered sentence: nothing to look up (the scoring hot path)
+        return []
     forms = _written_forms(text)
     return [forms.get(word, word) for word in stemmed]
 
