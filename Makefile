@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+# setuptools warns on every editable install that a folder named like the package may shadow it (ours
+# is the package itself): a banner in `make demo`'s first lines, quieted by its message only.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet
 COMPILED_STAMP := $(VENV)/.compiled
 
 .PHONY: install dev compile demo test lint wheel-check bench screenshots clean
@@ -13,14 +16,14 @@ $(BIN)/python:
 
 # Reinstall when pyproject.toml or setup.py changes (the install compiles the mapping: setup.py).
 $(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 # LlamaIndex's OpenAI LLM for tests/frameworks/test_agents_llamaindex.py, without its `openai<3` cap (pyproject.toml).
 LLAMA_INDEX_OPENAI := llama-index-llms-openai==0.8.3
 
 $(STAMP): pyproject.toml setup.py | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev]'
 	$(BIN)/pip install --quiet --no-deps '$(LLAMA_INDEX_OPENAI)'
 	touch $@ $(VENV)/.installed $(COMPILED_STAMP)
 
@@ -30,7 +33,7 @@ dev: $(STAMP)
 
 # The mapping's modules compiled in place with mypyc (setup.py), again after any of them changes.
 $(COMPILED_STAMP): $(wildcard semconv/*.py semconv/mappers/*.py) | $(STAMP)
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(PIP_INSTALL) --no-deps -e .
 	touch $@
 
 compile: $(COMPILED_STAMP)

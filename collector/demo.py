@@ -24,6 +24,7 @@ from rich.table import Table
 
 from collector.api_client import ApiClient, ApiError
 from collector.config import Config
+from collector.receivers.ports import port_taken
 from collector.server_file import running_server_url
 from collector.service import BackgroundService
 from collector.store import StoreConfig, StoreError, StoreLocked, open_store
@@ -153,11 +154,11 @@ def summary_table(
     return table
 
 
-def sql_to_try(db: str) -> list[str]:
+def sql_to_try(db: str, program: str = "ragpulse") -> list[str]:
     """Commands a new user can paste next, against the demo file (a comment line before each)."""
     lines = []
     for comment, query in reads.SQL_TO_TRY:
-        lines += [f"# {comment}", f'ragpulse sql "{query}" --db {db}']
+        lines += [f"# {comment}", f'{program} sql "{query}" --db {db}']
     return lines
 
 
@@ -242,8 +243,10 @@ def run_demo(
     console: Console | None = None,
     timeout: float = 30.0,
     latency: float = 1.0,
+    program: str = "ragpulse",
 ) -> list[dict[str, Any]]:
-    """Run the whole demo and print it; returns the summary rows."""
+    """Run the whole demo and print it; returns the summary rows. `program`: how the commands to
+    try next write ragpulse (`.venv/bin/ragpulse` when it is on no PATH)."""
     # Imported here: only the demo needs the example app (and it imports `semconv`, not us).
     from collector.shop_assistant import CASES_FILE, CONVENTIONS, MODES, load_cases, run
 
@@ -315,10 +318,26 @@ def run_demo(
         console.print()
         console.print(sample)
     console.print("\n[bold]SQL to try next[/bold]")
-    for line in sql_to_try(str(db)):
+    for line in sql_to_try(str(db), program):
         style = "dim" if line.startswith("#") else None
         console.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
     return rows
+
+
+def check_serve_ports(config: Config) -> None:
+    """DemoError when `--serve` could not listen where `config.receivers` says, naming the options
+    and variables that move it: found before the demo runs, not after."""
+    receivers = config.receivers
+    for protocol, port, option, variable in (
+        ("OTLP/gRPC", receivers.grpc_port, "--grpc-port", "RAGPULSE_RECEIVERS__GRPC_PORT"),
+        ("OTLP/HTTP and the dashboard", receivers.http_port, "--http-port", "RAGPULSE_RECEIVERS__HTTP_PORT"),
+    ):
+        taken = port_taken(receivers.host, port)
+        if taken:
+            raise DemoError(
+                f"--serve cannot listen for {protocol} on {receivers.host}:{port} ({taken}); stop what "
+                f"holds it, or pick another port with {option} (or {variable})"
+            )
 
 
 def serve_demo(config: Config, db: Path, console: Console | None = None) -> None:

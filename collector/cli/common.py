@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -92,6 +94,50 @@ def key_option(func: F) -> F:
         callback=_use_key,
         help=f"API key for a server that requires one (default: ${KEY_ENV}).",
     )(func)
+
+
+def listen_options(func: F) -> F:
+    """`--host`, `--grpc-port`, `--http-port`: where a service listens (`receivers.*`); applied to
+    the config by `apply_listen_options`."""
+    options = (
+        click.option("--host", help="Address to listen on (receivers.host)."),
+        click.option("--grpc-port", type=int, help="OTLP/gRPC port (receivers.grpc_port, default 4317)."),
+        click.option(
+            "--http-port", type=int, help="OTLP/HTTP and API port (receivers.http_port, default 4318)."
+        ),
+    )
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def apply_listen_options(
+    config: Config, host: str | None, grpc_port: int | None, http_port: int | None
+) -> None:
+    """The listen options given on the command line, over the config's (a bad value: one line)."""
+    try:
+        if host:
+            config.receivers.host = host
+        if grpc_port is not None:
+            config.receivers.grpc_port = grpc_port
+        if http_port is not None:
+            config.receivers.http_port = http_port
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).splitlines()[-1]) from None
+
+
+def program_name(argv0: str | None = None) -> str:
+    """This command as a user would type it again: `ragpulse` when that name on PATH is this
+    program, else the path it was started by (`.venv/bin/ragpulse` after `make install`, which
+    puts it on no PATH)."""
+    started = argv0 if argv0 is not None else sys.argv[0]
+    on_path = shutil.which("ragpulse")
+    if not started or os.path.basename(started) != "ragpulse" or not os.path.isfile(started):
+        return "ragpulse"  # started otherwise (`python -m`, a test runner): the documented name
+    if on_path and os.path.samefile(on_path, started):
+        return "ragpulse"
+    relative = os.path.relpath(os.path.abspath(started))
+    return os.path.abspath(started) if relative.startswith("..") else relative
 
 
 def load(ctx: click.Context, config_path: str | None) -> Config:

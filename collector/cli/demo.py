@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from collector.cli.common import config_option, load, user_errors
+from collector.cli.common import (
+    apply_listen_options,
+    config_option,
+    listen_options,
+    load,
+    program_name,
+    user_errors,
+)
 
 
 @click.command()
@@ -29,18 +36,39 @@ from collector.cli.common import config_option, load, user_errors
     "--serve",
     "keep_serving",
     is_flag=True,
-    help="Then keep serving the demo database (dashboard at http://127.0.0.1:4318/) until Ctrl-C.",
+    help="Then keep serving the demo database (dashboard at http://127.0.0.1:4318/) until Ctrl-C; "
+    "--host, --grpc-port and --http-port say where.",
 )
+@listen_options
 @click.pass_context
 @user_errors
-def demo(ctx: click.Context, config_path: str | None, db: Path, timeout: float, keep_serving: bool) -> None:
+def demo(
+    ctx: click.Context,
+    config_path: str | None,
+    db: Path,
+    timeout: float,
+    keep_serving: bool,
+    host: str | None,
+    grpc_port: int | None,
+    http_port: int | None,
+) -> None:
     """The guided first run: collector + example RAG app in three modes, a summary and SQL to try."""
     # Imported here: the demo pulls in the example app and the OTel SDK exporters.
-    from collector.demo import DemoError, run_demo, serve_demo
+    from collector.demo import DemoError, check_serve_ports, run_demo, serve_demo
 
+    given = [
+        name
+        for name, value in (("--host", host), ("--grpc-port", grpc_port), ("--http-port", http_port))
+        if value
+    ]
+    if given and not keep_serving:
+        raise click.UsageError(f"{', '.join(given)}: only with --serve (the demo itself uses free ports)")
     config = load(ctx, config_path)
+    apply_listen_options(config, host, grpc_port, http_port)
     try:
-        run_demo(config, db, timeout=timeout)
+        if keep_serving:  # before the demo runs, not after it
+            check_serve_ports(config)
+        run_demo(config, db, timeout=timeout, program=program_name())
     except DemoError as exc:
         raise click.ClickException(str(exc)) from None
     if keep_serving:

@@ -7,7 +7,7 @@ import logging
 
 import click
 
-from collector.cli.common import config_option, load, user_errors
+from collector.cli.common import apply_listen_options, config_option, listen_options, load, user_errors
 from collector.service import Service
 from collector.store import StoreError, StoreLocked
 
@@ -18,9 +18,7 @@ QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
 @click.command()
 @config_option
 @click.option("--db", type=click.Path(dir_okay=False), help="DuckDB file (store.path).")
-@click.option("--host", help="Address to listen on (receivers.host).")
-@click.option("--grpc-port", type=int, help="OTLP/gRPC port (receivers.grpc_port, default 4317).")
-@click.option("--http-port", type=int, help="OTLP/HTTP and API port (receivers.http_port, default 4318).")
+@listen_options
 @click.option("--forward-to", help="Also forward every received span to this OTLP endpoint.")
 @click.pass_context
 @user_errors
@@ -35,15 +33,10 @@ def serve(
 ) -> None:
     """Run the service: OTLP receivers, the store and the API."""
     config = load(ctx, config_path)
+    apply_listen_options(config, host, grpc_port, http_port)
     try:
         if db:
             config.store.path = db
-        if host:
-            config.receivers.host = host
-        if grpc_port is not None:
-            config.receivers.grpc_port = grpc_port
-        if http_port is not None:
-            config.receivers.http_port = http_port
         if forward_to:
             config.exporters.otlp.endpoint = forward_to
             config.exporters.forward_spans = True

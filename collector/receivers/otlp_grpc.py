@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
@@ -24,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from collector.lifecycle import Component, remaining
 from collector.pipeline import ExportOutcome, IngestPipeline, Overloaded, Stopped
 from collector.receivers.config import ReceiversConfig
+from collector.receivers.ports import port_taken
 from collector.receivers.responses import logs_response, trace_response
 from collector.receivers.retry import grpc_retry_metadata
 from collector.store.health import first_line, store_error_reason
@@ -174,7 +174,9 @@ class OtlpGrpcReceiver(Component):
 
     async def start(self) -> None:
         address = f"{self._config.host}:{self._config.grpc_port}"
-        _check_port_free(self._config.host, self._config.grpc_port, address)
+        taken = port_taken(self._config.host, self._config.grpc_port)
+        if taken:  # said in one line before gRPC core logs its own bind error to stderr
+            raise OSError(f"cannot listen for OTLP/gRPC on {address}: {taken}")
         try:
             if self._credentials is None:
                 self.port = self._server.add_insecure_port(address)
@@ -187,16 +189,3 @@ class OtlpGrpcReceiver(Component):
     async def stop(self, deadline: float | None = None) -> None:
         """Stop taking exports; those in progress get 5 s to finish (not past `deadline`)."""
         await self._server.stop(remaining(deadline, 5.0))
-
-
-def _check_port_free(host: str, port: int, address: str) -> None:
-    """Fail with one clear line before gRPC core logs its own bind error to stderr."""
-    if port == 0:
-        return
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise OSError(f"cannot listen for OTLP/gRPC on {address}: {exc.strerror}") from None

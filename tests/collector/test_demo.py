@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +67,8 @@ def test_demo_runs_the_three_modes_end_to_end(tmp_path: Path) -> None:
     for mode in MODES:
         assert mode in out
     assert "expected documents retrieved" in out
-    assert "ragpulse sql " in out and f"--db {db}" in out
+    # `ragpulse` on PATH is the program run: the commands to try next write it bare.
+    assert any(line.startswith('ragpulse sql "') for line in out.splitlines()) and f"--db {db}" in out
     assert "traces agree on every line" in out
 
     traces = file_rows(db, PER_TRACE)
@@ -187,12 +190,10 @@ def test_summary_cells_compare_conventions_and_enrichers_add_lines() -> None:
 
 def test_demo_serve_keeps_serving_the_dashboard_until_interrupted(tmp_path: Path) -> None:
     http_port, grpc_port = free_port(), free_port()
-    env = clean_env(
-        COLUMNS="120",
-        RAGPULSE_RECEIVERS__HTTP_PORT=str(http_port),
-        RAGPULSE_RECEIVERS__GRPC_PORT=str(grpc_port),
-    )
-    command = [str(RAGPULSE), "demo", "--db", str(tmp_path / "demo.duckdb"), "--serve"]
+    # The gRPC port from the variable, the HTTP one from the option (both ways are documented).
+    env = clean_env(COLUMNS="120", RAGPULSE_RECEIVERS__GRPC_PORT=str(grpc_port))
+    db = str(tmp_path / "demo.duckdb")
+    command = [str(RAGPULSE), "demo", "--db", db, "--serve", "--http-port", str(http_port)]
     demo = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{http_port}"
     try:
@@ -219,3 +220,36 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_demo_serve_refuses_a_taken_port_before_the_demo_runs(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        started = time.monotonic()
+        db = tmp_path / "demo.duckdb"
+        result = run_ragpulse(
+            "demo",
+            "--db",
+            str(db),
+            "--serve",
+            "--grpc-port",
+            str(busy),
+            "--http-port",
+            str(free_port()),
+            cwd=tmp_path,
+        )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - started < 30  # the whole demo takes over a minute
+    assert "sent" not in result.stdout and not db.exists()  # nothing ran
+    (line,) = result.stderr.strip().splitlines()
+    assert f"--serve cannot listen for OTLP/gRPC on 127.0.0.1:{busy}" in line
+    assert "--grpc-port" in line and "RAGPULSE_RECEIVERS__GRPC_PORT" in line
+
+
+def test_demo_port_options_only_with_serve(tmp_path: Path) -> None:
+    result = run_ragpulse("demo", "--db", str(tmp_path / "d.duckdb"), "--http-port", "9999", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--http-port: only with --serve" in result.stderr
+    assert not (tmp_path / "d.duckdb").exists()

@@ -43,6 +43,17 @@ function parseTime(text) {
   return isNaN(d) ? null : d;
 }
 
+/** The ms from one API time to another, to the µs (or ns) the API gives, which a Date (whole ms)
+ * would drop; null when either is missing. */
+function msBetween(from, to) {
+  const a = parseTime(from);
+  const b = parseTime(to);
+  if (!a || !b) return null;
+  // What parseTime leaves out: the digits past the ms, as a fraction of a ms.
+  const rest = (text) => { const m = /\.\d{3}(\d+)/.exec(String(text)); return m ? Number(`0.${m[1]}`) : 0; };
+  return (b.getTime() - a.getTime()) + (rest(to) - rest(from));
+}
+
 /** In the browser's time zone. */
 function fmtTime(text) {
   const d = parseTime(text);
@@ -57,9 +68,22 @@ function fmtNum(v, digits = 3) {
 
 function fmtPct(v) { return v === null || v === undefined ? "—" : `${(v * 100).toFixed(1)} %`; }
 function axisPct(v) { return `${Math.round(v * 100)} %`; }
+/** A duration given in ms, in the unit that suits it, to 3 significant digits: `5.4 µs`, `466 µs`,
+ * `1.25 ms`, `3.4 s`, `2 min 5 s`, `1 h 2 min`. */
 function fmtMs(v) {
-  if (v === null || v === undefined) return "—";
-  return v >= 1000 ? `${(v / 1000).toFixed(2)} s` : `${Math.round(v)} ms`;
+  if (v === null || v === undefined || v === "" || !Number.isFinite(Number(v))) return "—";
+  v = Number(v);
+  if (v < 0) return `−${fmtMs(-v)}`;
+  if (v === 0) return "0 ms";
+  // Rounded first: 999.7 µs is 1 ms, not 1000 µs.
+  const digits = (x) => Number(x.toPrecision(3));
+  if (digits(v * 1000) < 1000) return `${digits(v * 1000)} µs`;
+  if (digits(v) < 1000) return `${digits(v)} ms`;
+  if (digits(v / 1000) < 60) return `${digits(v / 1000)} s`;
+  const seconds = Math.round(v / 1000);
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+  const minutes = Math.round(seconds / 60);
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
 }
 function fmtUsd(v) { return v === null || v === undefined ? "—" : `$${v.toFixed(v < 1 ? 4 : 2)}`; }
 function badge(text) { return h("span", { class: `badge ${text || "none"}` }, text || "—"); }
@@ -499,10 +523,17 @@ function tracesTable(traces, sortable) {
       h("td", { class: "failing", title: (t.failing || []).join(", ") }, failingChips(t.failing || [])))))));
 }
 
+/** Chips, then how many more there are (`+N`), kept on the line of the last chip: a failing cell
+ * wraps between chips (app.css), never leaving the count alone on a line. */
+function chipsAndMore(chips, more) {
+  if (more <= 0) return chips;
+  const count = h("span", { class: "muted" }, ` +${more}`);
+  return chips.length ? [chips.slice(0, -1), h("span", { class: "nowrap" }, chips[chips.length - 1], count)] : [count];
+}
+
 /** The failed scores of a trace: the first few as chips, then how many more. */
 function failingChips(names, shown = 2) {
-  return [names.slice(0, shown).map((n) => h("span", { class: "chip" }, n)),
-    names.length > shown ? h("span", { class: "muted" }, ` +${names.length - shown}`) : null];
+  return chipsAndMore(names.slice(0, shown).map((n) => h("span", { class: "chip" }, n)), names.length - shown);
 }
 
 // The services and score names of the current time range and service, for the filters of the
@@ -622,24 +653,38 @@ function traceView(d, review = null) {
 
 function timeline(t, steps, documents = []) {
   if (!steps.length) return h("p", { class: "muted" }, "No RAG step was mapped from this trace's spans.");
-  const start = parseTime(t.start_time).getTime();
-  const total = Math.max(1, t.duration_ms || 1);
+  // Each step's start and length in ms from the trace's start, to the µs: a trace of 466 µs is
+  // drawn as one of minutes, each bar a share of the whole.
+  const origin = t.start_time || (steps.find((s) => s.start_time) || {}).start_time;
+  const spans = steps.map((s) => {
+    const start = msBetween(origin, s.start_time) ?? 0;
+    const end = msBetween(origin, s.end_time);
+    return { start, length: Math.max(0, s.duration_ms ?? (end === null ? 0 : end - start)) };
+  });
+  const traceEnd = t.duration_ms ?? msBetween(origin, t.end_time) ?? 0;
+  // The whole drawn: the trace, and any step outside it (clocks of several hosts disagree).
+  const first = Math.min(0, ...spans.map((p) => p.start));
+  const total = Math.max(traceEnd, ...spans.map((p) => p.start + p.length)) - first;
+  const share = (ms) => (total > 0 ? (ms / total) * 100 : 0);
   let round = 0;
-  return h("div", { class: "panel timeline" }, steps.map((s) => {
-    const offset = s.start_time ? (parseTime(s.start_time).getTime() - start) : 0;
-    const left = Math.min(100, Math.max(0, (offset / total) * 100));
-    const width = Math.max(0.3, Math.min(100 - left, ((s.duration_ms || 0) / total) * 100));
+  return h("div", { class: "panel timeline" }, steps.map((s, i) => {
+    const offset = spans[i].start;
+    const left = Math.min(100, Math.max(0, share(offset - first)));
+    const width = Math.min(100 - left, share(spans[i].length));
     const kind = ["retrieval", "rerank", "llm", "tool", "embedding"].includes(s.kind) ? s.kind : "other";
     const tokens = s.input_tokens || s.output_tokens ? ` · ${fmtNum(s.input_tokens)}/${fmtNum(s.output_tokens)} tok` : "";
     const failed = (s.status || "").toLowerCase() === "error";
+    const at = `${offset < 0 ? "" : "+"}${fmtMs(offset)}`;
     const label = s.kind === "retrieval" ? `retrieval ${++round}` : s.kind;
     const what = s.tool_name ? [" ", h("code", {}, s.tool_name)] : [" ", s.name || ""];
     const docs = s.kind === "retrieval" || s.kind === "rerank"
       ? documents.filter((d) => d.span_id === s.span_id && d.stage === "retrieved") : [];
     return h("div", { class: `row${failed ? " failed" : ""}`, "data-kind": s.kind },
       h("div", { class: "clip", title: s.name || "" }, h("b", {}, label), ...what, s.model ? ` (${s.model})` : ""),
-      h("div", { class: "track" }, h("div", { class: `span k-${kind}`, style: `left:${left}%;width:${width}%` })),
-      h("div", { class: "num muted" }, fmtMs(s.duration_ms), tokens,
+      // A bar too short to see is 2 px wide (app.css), kept inside the track.
+      h("div", { class: "track" }, h("div", { class: `span k-${kind}`, style: `left:min(${left}%, calc(100% - 2px));width:${width}%`,
+        title: `${at} · ${fmtMs(s.duration_ms)}` })),
+      h("div", { class: "num muted" }, h("span", { class: "offset", title: "from the trace's start" }, at), " · ", fmtMs(s.duration_ms), tokens,
         failed ? [" ", h("span", { class: "badge fail" }, s.tool_name ? "tool failed" : "error")] : ""),
       s.tool_name && s.kind === "tool" && s.input ? h("div", { class: "detail muted" }, `arguments ${s.input.length > 160 ? `${s.input.slice(0, 160)}…` : s.input}`
         + (s.result_size !== null && s.result_size !== undefined ? ` · result ${fmtNum(s.result_size)} chars` : "")) : null,

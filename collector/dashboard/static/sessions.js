@@ -34,8 +34,8 @@ function openSession(sessionId, service) {
 function sessionFailChips(fails, shown = 2) {
   const failing = Object.entries(fails || {}).filter(([, n]) => n > 0)
     .sort(([a, x], [b, y]) => y - x || a.localeCompare(b));
-  return [failing.slice(0, shown).map(([name, n]) => h("span", { class: "chip", title: `${n} failed ${name} score${n === 1 ? "" : "s"}` }, `${name} ${n}`)),
-    failing.length > shown ? h("span", { class: "muted" }, ` +${failing.length - shown}`) : null];
+  return chipsAndMore(failing.slice(0, shown).map(([name, n]) => h("span", { class: "chip", title: `${n} failed ${name} score${n === 1 ? "" : "s"}` }, `${name} ${n}`)),
+    failing.length - shown);
 }
 
 /** The count of failed turns: red and bold when there is one. */
