@@ -75,7 +75,8 @@ screenshots: $(STAMP)
 	RAGPULSE_SCREENSHOTS=docs/images $(BIN)/pytest -q -p no:cacheprovider \
 		tests/collector/dashboard/test_dashboard_ui.py tests/collector/dashboard/test_dashboard_slices_ui.py \
 		tests/collector/dashboard/test_dashboard_review_ui.py tests/collector/dashboard/test_dashboard_sessions_ui.py \
-		tests/collector/dashboard/test_dashboard_rescore_ui.py
+		tests/collector/dashboard/test_dashboard_rescore_ui.py \
+		tests/collector/dashboard/test_dashboard_agents_ui.py tests/collector/dashboard/test_dashboard_timeline_ui.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build

@@ -139,6 +139,7 @@ def test_a_sub_millisecond_trace_is_drawn_to_scale(traces: tuple[Service, dict[s
     assert retrieval["text"].startswith("+54 µs · 326 µs")
     assert chat["text"].startswith("+394 µs · 66 µs")
     assert " 0 ms" not in page.inner_text(".timeline")
+    tab.screenshot("timeline-microseconds", full_page=False)
     # The trace list says so too.
     page = tab.navigate("#/traces")
     assert page.locator(f"tr[data-trace='{ids['tiny']}'] td.num").first.inner_text() == "466 µs"
