@@ -7,6 +7,7 @@ and bad configuration refused with its path."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -622,10 +623,14 @@ def test_an_agent_reads_a_probe_run_over_mcp(probed: Probed) -> None:
     assert content(latest)["run"]["run_id"] == probed.runs["no_traces"]["run_id"]
 
 
-def test_failing_requests_and_runs_that_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failing_requests_and_runs_that_cannot_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A 500 and a refused connection are errors of their run; a missing header variable and an
-    unreadable cases file fail the run as a whole; a probe without a cases file sends the cases
-    loaded into the store, with its header variable and URL template filled in."""
+    unreadable cases file fail the run as a whole (logged once as an error, then its end, with no
+    counts of a run that did not run); a probe without a cases file sends the cases loaded into the
+    store, with its header variable and URL template filled in."""
+    caplog.set_level(logging.INFO, logger="collector.probes.runner")
     monkeypatch.setenv("PROBE_TEST_TOKEN", "s3cret")
     monkeypatch.delenv("PROBE_TEST_UNSET", raising=False)
     db = tmp_path / "ragpulse.duckdb"
@@ -704,6 +709,15 @@ def test_failing_requests_and_runs_that_cannot_run(tmp_path: Path, monkeypatch: 
     assert (
         bad["status"] == "failed" and "cases: cannot read" in bad["error"] and "nowhere.yaml" in bad["error"]
     )
+    said = [
+        (r.levelname, r.getMessage()) for r in caplog.records if r.getMessage().startswith("probe bad-cases:")
+    ]
+    run = bad["run_id"]
+    assert ("INFO", f"probe bad-cases: run {run} failed") in said, said
+    assert [m for level, m in said if level == "ERROR"] == [
+        f"probe bad-cases: run {run} could not run: {bad['error']}"
+    ]
+    assert not any("answered" in m or "None" in m for _, m in said), said
     stored_run = done["stored"]
     assert (stored_run["status"], stored_run["cases"], stored_run["answered"]) == ("done", 2, 2)
     assert stored_run["traces_received"] == 2

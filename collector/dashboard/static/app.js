@@ -831,6 +831,11 @@ function probeRunsTable(runs) {
     }))));
 }
 
+/** What the Probes page lists: `n` runs (at least one) of one probe or of every probe. */
+function probeRunCount(n, probe) {
+  return n === 1 ? `One run${probe ? "" : " of a probe"} so far. ` : `The ${n} most recent runs${probe ? "" : " of every probe"}, newest first. `;
+}
+
 /** Per probe, each score's mean and pass rate run after run (finished runs, oldest first). */
 function probeTrends(runs) {
   const byProbe = new Map();
@@ -881,8 +886,7 @@ async function probesPage(params) {
     out.push(probesEmptyState(probe));
     return { chrome: ["probes", []], content: out };
   }
-  out.push(h("p", { class: "muted", id: "probe-count" },
-    listed.runs.length === 1 ? `One run${probe ? "" : " of a probe"} so far. ` : `The ${listed.runs.length} most recent runs${probe ? "" : " of every probe"}, newest first. `,
+  out.push(h("p", { class: "muted", id: "probe-count" }, probeRunCount(listed.runs.length, probe),
     probe ? [h("a", { href: "#/probes" }, "every probe"), " · ", h("a", { href: tracesHref({ probe }) }, "its traces"), " · ",
       h("a", { href: `#/overview?probe=${encodeURIComponent(probe)}` }, "its figures on the overview")] : null));
   out.push(probeRunsTable(listed.runs));

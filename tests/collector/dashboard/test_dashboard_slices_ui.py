@@ -320,6 +320,10 @@ def test_the_probes_page_lists_runs_and_a_run_shows_its_cases(sliced: Sliced, ta
     assert RECALL in rows.first.locator("td.failing").get_attribute("title")
     assert RECALL not in rows.nth(1).locator("td.failing").get_attribute("title")
     assert drawn_charts(page) == 2  # score means and pass rates, run after run
+    assert page.inner_text("#probe-count").startswith("The 2 most recent runs of every probe, newest first.")
+    # One run is not "the only run of every probe".
+    wording = [page.evaluate(f"probeRunCount(1, {probe})") for probe in ("null", f"'{PROBE}'")]
+    assert [w.strip() for w in wording] == ["One run of a probe so far.", "One run so far."]
     # One probe's runs, and its traffic's figures on the overview (the app's own leave it out).
     page = tab.navigate(f"#/probes?probe={PROBE}")
     assert page.locator("#probe-runs tbody tr").count() == 2
