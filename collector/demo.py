@@ -48,12 +48,14 @@ class Metric:
     """One line of the summary: a key of the summary rows, its label, how to show a value, and how
     the two conventions' values of a mode combine into one cell:
     `compare` shows one value when both conventions agree and `ragpulse / openinference` when not
-    (a mapping difference); `mean` and `sum` pool them (latencies differ from run to run anyway)."""
+    (a mapping difference); `mean` and `sum` pool them (latencies differ from run to run anyway);
+    `ratio` adds up `(part, whole)` pairs, so a count over the mode's traces reads against its
+    `traces` line."""
 
     key: str
     label: str
     fmt: Callable[[Any], str] = str
-    combine: Literal["compare", "mean", "sum"] = "compare"
+    combine: Literal["compare", "mean", "sum", "ratio"] = "compare"
 
 
 def _number(digits: int) -> Callable[[Any], str]:
@@ -84,8 +86,12 @@ def expected_documents_found(query: Query, rows: list[dict[str, Any]]) -> list[M
     counts = {(r["mode"], r["convention"]): r for r in query(reads.EXPECTED_FOUND_SQL)}
     for row in rows:
         hit = counts.get((row["mode"], row["convention"]))
-        row["expected_found"] = f"{hit['found']}/{hit['expected']}" if hit else None
-    return [Metric("expected_found", "expected documents retrieved")]
+        row["expected_found"] = (int(hit["found"]), int(hit["expected"])) if hit else None
+    return [Metric("expected_found", "expected documents retrieved", _fraction, "ratio")]
+
+
+def _fraction(pair: tuple[int, int]) -> str:
+    return f"{pair[0]}/{pair[1]}"
 
 
 def stored_scores(query: Query, rows: list[dict[str, Any]]) -> list[Metric]:
@@ -120,6 +126,8 @@ def _cell(metric: Metric, values: list[Any]) -> str:
         return metric.fmt(sum(present))
     if metric.combine == "mean":
         return metric.fmt(sum(present) / len(present))
+    if metric.combine == "ratio":
+        return metric.fmt((sum(p[0] for p in present), sum(p[1] for p in present)))
     shown = [metric.fmt(v) if v is not None else "-" for v in values]
     return shown[0] if len(set(shown)) == 1 else " / ".join(shown)
 

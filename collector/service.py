@@ -49,9 +49,10 @@ class Service(Parts):
             self.components += build(self)
         await start_all(self.components)
         log.info(
-            "ragpulse listening: OTLP/gRPC %s:%d, OTLP/HTTP and API %s",
+            "ragpulse listening: OTLP/gRPC %s:%d, OTLP/HTTP and API %s, dashboard %s/",
             cfg.receivers.host,
             self.grpc_port,
+            self.http_url,
             self.http_url,
         )
         if self.store_config.threads != cfg.store.threads:
@@ -64,7 +65,9 @@ class Service(Parts):
     async def stop(self) -> None:
         """Stop in reverse order; every export already accepted is committed before the store closes."""
         self.stopping.set()
+        log.info("ragpulse stopping: committing what was accepted")
         await stop_all(self.components)
+        log.info("ragpulse stopped")
 
     def request_stop(self) -> None:
         self.stopping.set()

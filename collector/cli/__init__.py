@@ -1,12 +1,16 @@
 """The `ragpulse` command line: one module per command (group), output shared in `output`.
 
 User mistakes (bad config, unreadable file, invalid SQL, server unreachable) end with one line on
-stderr and a non-zero exit, never a traceback (`common.user_errors`).
+stderr and exit 1, never a traceback (`common.user_errors`); so do bad options and values, after
+click's usage line (`input_errors_exit_1`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -33,8 +37,32 @@ COMMANDS = {
 }
 
 
+@contextlib.contextmanager
+def input_errors_exit_1() -> Iterator[None]:
+    """A bad option or value is an input error like any other: exit 1 (click's default is 2, which
+    `check` keeps for "too little data", so a CI step can tell a typo from a quiet hour). Bare
+    `ragpulse` shows its help and exits 0."""
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.exit_code = 0
+        raise
+    except click.UsageError as exc:
+        exc.exit_code = 1
+        raise
+
+
 class LazyGroup(click.Group):
-    """A group whose commands are imported when used (click's documented pattern)."""
+    """A group whose commands are imported when used (click's documented pattern); usage errors
+    exit 1 (`input_errors_exit_1`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with input_errors_exit_1():
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with input_errors_exit_1():
+            return super().invoke(ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMANDS})

@@ -6,12 +6,15 @@ little data to decide (a gate below `min_samples`, or `--regression` with nothin
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
 import orjson
 
+from collector.api_client import ApiError
 from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_table
 from collector.feedback.agreement import AgreementGate, agreement_report, check_agreement
@@ -29,6 +32,7 @@ from collector.monitoring.gates import Gate, GateKind
 from collector.monitoring.regression import Baseline, RegressionSettings
 from collector.schema.scope import Scope, check_dimension, parse_slices
 from collector.schema.windows import Window, parse_duration, parse_time, parse_window, utc_now
+from collector.store.sql import QueryError
 
 # Wide enough for score names and services without folding, in a terminal or a CI log.
 TABLE_WIDTH = 130
@@ -230,7 +234,8 @@ def check(
         baseline=baseline if regression else None,
         regression=settings,
     )
-    with sql_runner(config, url) as run:
+    dimensions = [d for d in (by, *(d for d, _ in scope.slices)) if d is not None]
+    with sql_runner(config, url) as run, undeclared_dimension(dimensions):
         rows = lambda sql: run(sql, config.sql.max_rows)[0]  # noqa: E731
         outcome = run_check(rows, request)
         agreement = []
@@ -248,6 +253,23 @@ def check(
         if agreement:
             _print_agreement(agreement)
     ctx.exit(code)
+
+
+@contextlib.contextmanager
+def undeclared_dimension(dimensions: list[str]) -> Iterator[None]:
+    """A slice dimension the store has no column for (not in `monitoring.dimensions` of the config
+    that wrote it): said as such, not as the database's binder error."""
+    try:
+        yield
+    except (QueryError, ApiError) as exc:
+        missing = [d for d in dimensions if f'column "{d}" not found' in str(exc)]
+        if not missing:
+            raise
+        raise click.BadParameter(
+            f"{missing[0]} is not a dimension this store keeps: declare it in monitoring.dimensions "
+            "(of the config of the service that stores the traces) to slice by it; see docs/monitoring.md",
+            param_hint="--by / --slice",
+        ) from None
 
 
 def _print_agreement(results: list[dict[str, Any]]) -> None:

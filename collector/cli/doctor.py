@@ -1,8 +1,8 @@
 """`ragpulse doctor`: flags what in the configuration is unsafe beside production.
 
 Exit status: 0 when nothing is unsafe (warnings are advice: shown, not failed on, unless `--strict`),
-1 when the configuration cannot be read (every command's one-line error), 2 for a bad option
-(click's), 3 when a finding is `unsafe` (with `--strict`, also when one is `warn`)."""
+1 when the configuration cannot be read or an option is bad (every command's one-line error), 3 when
+a finding is `unsafe` (with `--strict`, also when one is `warn`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from collector.cli.common import config_option, load, user_errors
 from collector.doctor import Finding, examine
 
 _STYLES = {"ok": "green", "warn": "yellow", "unsafe": "bold red"}
-# The exit status when findings fail the run (1 and 2 are taken by errors and bad options).
+# The exit status when findings fail the run: 1 is every command's input error, 2 `check`'s too little data.
 FLAGGED_EXIT = 3
 
 

@@ -53,7 +53,10 @@ def list_command(
         sys.stdout.write(orjson.dumps(runs).decode() + "\n")
         return
     if not runs:
-        click.echo("no probe runs" + (f" of probe {probe!r}" if probe else ""))
+        click.echo(
+            "no probe runs"
+            + (f" of probe {probe!r}" if probe else "; probes are set up under probes: (docs/probes.md)")
+        )
         return
     rows = [
         [

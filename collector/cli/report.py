@@ -59,4 +59,7 @@ def report(
             raise click.BadParameter(str(exc)) from None
     out.write_text(render_report(snapshot), encoding="utf-8")
     traces = snapshot["overview"]["totals"]["traces"]
-    click.echo(f"wrote {out}: {traces} traces, {len(snapshot['details'])} worst traces in full")
+    worst = len(snapshot["details"])
+    click.echo(
+        f"wrote {out}: {traces} traces, the {worst} worst {'trace' if worst == 1 else 'traces'} in full"
+    )

@@ -11,8 +11,9 @@ from collector.cli.common import apply_listen_options, config_option, listen_opt
 from collector.service import Service
 from collector.store import StoreError, StoreLocked
 
-# Loggers of libraries that log each HTTP request at INFO (`httpx2` is the httpx `openai` 3 carries).
-QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
+# Loggers of libraries that log each HTTP request at INFO (`httpx2` is the httpx `openai` 3 carries),
+# and the MCP SDK's session manager, whose start and stop lines would open and close ragpulse's log.
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "mcp.server.streamable_http_manager")
 
 
 @click.command()

@@ -96,9 +96,9 @@ def test_demo_runs_the_three_modes_end_to_end(tmp_path: Path) -> None:
             claims = [s for s in sentences(row["answer"]) if s != NOT_FOUND]
             unsupported = [s for s in claims if not any(s in c for c in row["contents"])]
             assert len(unsupported) == (1 if mode == "hallucinate" else 0), row
-    # The summary agrees with the database: 0 of the expected documents in degraded mode (a cell
-    # shows one convention's count when both agree).
-    expected_total = sum(len(c.expected_documents) for c in CASES)
+    # The summary agrees with the database: 0 of the expected documents in degraded mode, counted
+    # over the mode's traces of both conventions (as its `traces` line).
+    expected_total = len(CONVENTIONS) * sum(len(c.expected_documents) for c in CASES)
     assert f"0/{expected_total}" in out and f"{expected_total}/{expected_total}" in out
     # The deterministic scores tell the modes apart: degraded retrieval finds nothing expected,
     # hallucinated answers are not fully supported while healthy and degraded ones are.
@@ -178,13 +178,17 @@ def test_summary_cells_compare_conventions_and_enrichers_add_lines() -> None:
     ]
 
     def query(sql: str) -> list[dict[str, Any]]:
-        return [{"mode": "healthy", "convention": "ragpulse", "expected": 4, "found": 3}]
+        return [
+            {"mode": "healthy", "convention": "ragpulse", "expected": 4, "found": 3},
+            {"mode": "healthy", "convention": "openinference", "expected": 4, "found": 4},
+        ]
 
     metrics += expected_documents_found(query, rows)
-    assert rows[0]["expected_found"] == "3/4" and rows[1]["expected_found"] is None
+    assert rows[0]["expected_found"] == (3, 4) and rows[1]["expected_found"] == (4, 4)
     table = summary_table(rows, metrics, ["healthy"], ["ragpulse", "openinference"], "t")
     cells = list(table.columns[1].cells)
-    assert cells == ["4", "3.0 / 2.0", "5.0", "3/4 / -"]
+    # Documents found over the mode's traces (both conventions), as `traces` counts them.
+    assert cells == ["4", "3.0 / 2.0", "5.0", "7/8"]
     assert "disagree" in str(table.caption)
 
 
@@ -250,6 +254,6 @@ def test_demo_serve_refuses_a_taken_port_before_the_demo_runs(tmp_path: Path) ->
 
 def test_demo_port_options_only_with_serve(tmp_path: Path) -> None:
     result = run_ragpulse("demo", "--db", str(tmp_path / "d.duckdb"), "--http-port", "9999", cwd=tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "--http-port: only with --serve" in result.stderr
     assert not (tmp_path / "d.duckdb").exists()

@@ -727,3 +727,15 @@ def test_failing_requests_and_runs_that_cannot_run(
     assert {r.headers["authorization"] for r in asked} == {"Bearer s3cret"}
     assert {httpx.URL(f"http://x{r.path}").params["case"] for r in asked} == {"refund-window", "shipping"}
     assert not any(r.headers.get("authorization") == "Bearer " for r in app.requests)
+
+
+def test_without_probes_the_commands_say_where_they_are_set_up(tmp_path: Path) -> None:
+    db = tmp_path / "ragpulse.duckdb"
+    with DuckDBStore(db):
+        pass
+    listed = run_ragpulse("probes", "list", "--db", str(db), cwd=tmp_path)
+    assert listed.returncode == 0
+    assert listed.stdout.strip() == "no probe runs; probes are set up under probes: (docs/probes.md)"
+    shown = run_ragpulse("probes", "show", "--db", str(db), cwd=tmp_path)
+    assert shown.returncode == 1
+    assert shown.stderr.strip() == "Error: no probe run yet; probes are set up under probes: (docs/probes.md)"

@@ -30,6 +30,7 @@ from tests.support.helpers import (
     clean_env,
     free_port,
     key_values,
+    run_ragpulse,
     stop_process,
     trace_request,
     trace_request_json,
@@ -645,7 +646,7 @@ def test_replay_errors_are_clear(tmp_path):
     usage = spawn("replay", str(lines), "--db", "x.duckdb", "--server", "http://127.0.0.1:1", cwd=tmp_path)
     assert_user_errors(runs)
     run = usage.result()
-    assert run.code == 2 and "Traceback" not in run.err and "--server or --db" in run.err
+    assert run.code == 1 and "Traceback" not in run.err and "--server or --db" in run.err
 
 
 CASES_YAML = """\
@@ -742,3 +743,30 @@ def test_datasets_load_errors_are_clear(tmp_path):
             ),
         ]
     )
+
+
+def test_bad_options_exit_1_as_every_input_error_and_bare_ragpulse_shows_its_help(tmp_path: Path) -> None:
+    # `check` keeps 2 for "too little data": a typo must not read as a quiet hour in CI.
+    for args in (["check", "--since", "1x", "--regression"], ["sql", "--bogus"], ["nosuch"], ["--config"]):
+        result = run_ragpulse(*args, cwd=tmp_path)
+        assert result.returncode == 1, (args, result.stderr)
+        assert result.stderr.strip().splitlines()[-1].startswith("Error: "), result.stderr
+        assert "Traceback" not in result.stderr
+    bare = run_ragpulse(cwd=tmp_path)
+    assert bare.returncode == 0 and "Commands:" in bare.stdout + bare.stderr
+
+
+def test_the_serve_log_opens_with_where_to_look_and_closes_with_the_stop(tmp_path: Path) -> None:
+    srv = ServeProcess(tmp_path / "served.duckdb", tmp_path / "serve.log")
+    try:
+        srv.start()
+    finally:
+        code = srv.terminate(30)
+        srv.cleanup()
+    assert code == 0
+    lines = [line.split(": ", 1)[1] for line in srv.log.read_text().splitlines() if ": " in line]
+    listening = [line for line in lines if line.startswith("ragpulse listening")]
+    assert listening and listening[0].endswith(f"dashboard {srv.http_url}/"), lines
+    assert lines[-2:] == ["ragpulse stopping: committing what was accepted", "ragpulse stopped"], lines
+    # The MCP SDK's session manager says nothing of its own start and stop at INFO.
+    assert not any("StreamableHTTP session manager" in line for line in lines), lines

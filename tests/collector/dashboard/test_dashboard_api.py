@@ -242,5 +242,5 @@ def test_report_refuses_a_bad_window_with_the_reason(served: Service, tmp_path: 
     result = run_ragpulse(
         "report", "--server", served.http_url, "--since", "forever", "--out", str(out), cwd=tmp_path
     )
-    assert result.returncode == 2 and "since: not a duration" in result.stderr
+    assert result.returncode == 1 and "since: not a duration" in result.stderr
     assert not out.exists()

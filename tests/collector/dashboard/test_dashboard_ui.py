@@ -255,7 +255,7 @@ def test_report_opens_offline_from_a_file(served: Service, browser: Any, tmp_pat
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    assert "5 worst traces in full" in result.stdout
+    assert "the 5 worst traces in full" in result.stdout
     tab = Page(browser, offline=True)
     requested: list[str] = []
     tab.page.on("request", lambda request: requested.append(request.url))

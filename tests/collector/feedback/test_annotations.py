@@ -204,7 +204,7 @@ def test_check_gates_on_the_agreement_of_the_current_judge(judged_shop: Service,
     assert code == 2 and found["agreement"][0]["status"] == "insufficient"
 
     bad = run_ragpulse("check", "--server", judged_shop.http_url, "--min-agreement", "faith", cwd=tmp_path)
-    assert bad.returncode == 2 and "--min-agreement" in bad.stderr
+    assert bad.returncode == 1 and "--min-agreement" in bad.stderr
     table = run_ragpulse(
         "check", "--server", judged_shop.http_url, "--min-agreement", "retrieval.hit@5=0.8", cwd=tmp_path
     )

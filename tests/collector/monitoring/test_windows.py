@@ -179,7 +179,7 @@ def test_check_since_shorter_than_a_minute_is_a_one_line_error(tmp_path: Path) -
     db = tmp_path / "empty.duckdb"
     _seed(db, {_minute("11:59"): 1}, days_back=(0,))
     result = run_ragpulse("check", "--db", str(db), "--since", "30s", "--min", f"{SCORE}=0.5", cwd=tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "must be at least 60 s, got 30 s" in result.stderr and "Traceback" not in result.stderr
     (line,) = [line for line in result.stderr.splitlines() if "60 s" in line]
     assert line.startswith("Error: Invalid value for '--since'")

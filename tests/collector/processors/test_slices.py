@@ -244,7 +244,7 @@ def test_check_by_a_dimension_gates_every_slice_and_names_the_failing_one(
     bad = run_ragpulse(
         "check", "--server", svc.http_url, "--by", "Bad Name", "--min", "retrieval.hit@5=0.5", cwd=tmp_path
     )
-    assert bad.returncode == 2 and "not a dimension name" in bad.stderr
+    assert bad.returncode == 1 and "not a dimension name" in bad.stderr
 
 
 def test_alerts_fire_per_slice_and_on_a_named_slice(sliced: tuple[Service, dict[str, list[str]]]) -> None:

@@ -283,7 +283,7 @@ def test_unknown_evaluators_and_bad_options_are_one_line_errors(store_copy: Path
     assert "no configured evaluator gives nope; configured: faithfulness" in unknown.stderr
     assert "Traceback" not in unknown.stderr
     bad_slice = run_ragpulse("rescore", "--config", str(config), "--db", str(store_copy), "--slice", "tenant")
-    assert bad_slice.returncode == 2 and "dimension=value" in bad_slice.stderr
+    assert bad_slice.returncode == 1 and "dimension=value" in bad_slice.stderr
     no_dimension = run_ragpulse(
         "rescore", "--config", str(config), "--db", str(store_copy), "--slice", "tenant=a"
     )
