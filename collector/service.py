@@ -35,6 +35,7 @@ class Service(Parts):
         use_system_allocator()  # for the whole process: it is the service's
         limit_malloc_arenas()  # before the service's threads take arenas
         self._stop = asyncio.Event()
+        self.listening = False  # every component started
 
     async def start(self) -> None:
         """Build every component from the config, then start them in order. A builder that fails
@@ -48,6 +49,7 @@ class Service(Parts):
         for build in BUILDERS:
             self.components += build(self)
         await start_all(self.components)
+        self.listening = True
         log.info(
             "ragpulse listening: OTLP/gRPC %s:%d, OTLP/HTTP and API %s, dashboard %s/",
             cfg.receivers.host,
@@ -65,9 +67,12 @@ class Service(Parts):
     async def stop(self) -> None:
         """Stop in reverse order; every export already accepted is committed before the store closes."""
         self.stopping.set()
-        log.info("ragpulse stopping: committing what was accepted")
+        said = self.listening  # a start that failed says why, not that it stopped
+        if said:
+            log.info("ragpulse stopping: committing what was accepted")
         await stop_all(self.components)
-        log.info("ragpulse stopped")
+        if said:
+            log.info("ragpulse stopped")
 
     def request_stop(self) -> None:
         self.stopping.set()

@@ -37,6 +37,12 @@ COMMANDS = {
 }
 
 
+class InputError(click.UsageError):
+    """A bad option or value, said as click says it (usage line, then `Error: ...`), exit 1."""
+
+    exit_code = 1
+
+
 @contextlib.contextmanager
 def input_errors_exit_1() -> Iterator[None]:
     """A bad option or value is an input error like any other: exit 1 (click's default is 2, which
@@ -45,11 +51,12 @@ def input_errors_exit_1() -> Iterator[None]:
     try:
         yield
     except click.exceptions.NoArgsIsHelpError as exc:
-        exc.exit_code = 0
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else "")
+        raise click.exceptions.Exit(0) from None
+    except InputError:
         raise
     except click.UsageError as exc:
-        exc.exit_code = 1
-        raise
+        raise InputError(exc.format_message(), exc.ctx) from None
 
 
 class LazyGroup(click.Group):
