@@ -85,10 +85,21 @@ def jemalloc_stats() -> dict[str, int] | None:
     try:
         import _duckdb  # type: ignore[import-not-found]
 
-        je = ctypes.CDLL(_duckdb.__file__)
-        mallctl = je.duckdb_je_mallctl
+        return _mallctl_stats(ctypes.CDLL(_duckdb.__file__).duckdb_je_mallctl)
     except (ImportError, OSError, AttributeError):
         return None
+
+
+def preloaded_jemalloc_stats() -> dict[str, int] | None:
+    """A jemalloc preloaded for the whole process (`LD_PRELOAD`), in MiB: `resident - allocated` is
+    what it holds that nothing uses; None on glibc (no `mallctl`)."""
+    try:
+        return _mallctl_stats(ctypes.CDLL(None).mallctl)
+    except AttributeError:
+        return None
+
+
+def _mallctl_stats(mallctl: Any) -> dict[str, int]:
     mallctl.argtypes = [
         ctypes.c_char_p,
         ctypes.c_void_p,
@@ -172,7 +183,13 @@ def sample(started: float) -> dict[str, Any]:
     row["threads"] = status_kib("Threads")  # a count, not KiB: the same line format
     row["python_blocks"] = sys.getallocatedblocks()
     row["anon_by_mapping"] = anonymous_by_mapping()
-    for key, read in (("glibc", glibc_arenas), ("jemalloc", jemalloc_stats), ("pymalloc", pymalloc_arenas)):
+    readers = (
+        ("glibc", glibc_arenas),
+        ("jemalloc", jemalloc_stats),
+        ("preloaded_jemalloc", preloaded_jemalloc_stats),
+        ("pymalloc", pymalloc_arenas),
+    )
+    for key, read in readers:
         value = read()
         if value is not None:
             row[key] = value

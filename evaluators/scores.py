@@ -110,6 +110,12 @@ class Score(BaseModel):
         """Prompt and completion tokens the judge spent on this score (0 without a judge)."""
         return (self.judge_input_tokens or 0) + (self.judge_output_tokens or 0)
 
+    @property
+    def judge_version(self) -> str | None:
+        """What gave a judge score, as `scores.evaluator_version` stores it: `model@prompt_version`
+        (the prompt version alone for a verdict decided by rule, without a call)."""
+        return f"{self.model}@{self.prompt_version}" if self.model else self.prompt_version
+
     @classmethod
     def judged(
         cls,

@@ -241,9 +241,7 @@ def score_rows(
 def _version(score: Score, versions: Mapping[str, str] | None) -> str | None:
     if versions is not None and score.name in versions:
         return versions[score.name]
-    if score.model:
-        return f"{score.model}@{score.prompt_version}"
-    return score.prompt_version  # a judge score decided by rule, without a call
+    return score.judge_version
 
 
 # `scores` columns stored as the score has them: column -> Score field.

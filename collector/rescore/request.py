@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from collector.schema.windows import parse_duration, parse_time, utc_now
+from collector.schema.windows import Window, parse_duration, parse_time, utc_now
 from collector.store.base import RescoreScope
 
 
@@ -63,10 +63,11 @@ class RescoreRequest(BaseModel):
 
     def scope(self, now: datetime | None = None) -> RescoreScope:
         """The traces this request names, its window resolved now (naive UTC)."""
-        end = parse_time(self.until) if self.until else (now or utc_now())
-        start = end - timedelta(seconds=parse_duration(self.since))
+        window = Window.ending(
+            parse_time(self.until) if self.until else (now or utc_now()), parse_duration(self.since)
+        )
         dimension = None
         if self.slice is not None:
             name, value = self.slice.split("=", 1)
             dimension = (name.strip(), value.strip())
-        return RescoreScope(start, end, self.service, dimension)
+        return RescoreScope(window.start, window.end, self.service, dimension)

@@ -167,7 +167,7 @@ def judge_row(session: Session, score: Score, now: datetime) -> dict[str, object
         "judge_input_tokens": score.judge_input_tokens,
         "judge_output_tokens": score.judge_output_tokens,
         "latency_ms": score.latency_ms,
-        "evaluator_version": f"{score.model}@{score.prompt_version}" if score.model else score.prompt_version,
+        "evaluator_version": score.judge_version,
         "trace_id": last.trace_id,
         "span_id": last.root_span_id or "",
         "service_name": session.service_name,

@@ -602,6 +602,17 @@ def seed_scores(
 Verdict = Callable[[str, str], dict[str, Any]]  # (system prompt, user message) -> the judge's JSON
 
 
+def verdict_responder(verdict: Verdict) -> Callable[[Any], str]:
+    """A test judge's answer to each request: `verdict(system, user)` of its first and last
+    messages, as JSON (for `tests.support.openai_stub.OpenAIStub`)."""
+
+    def respond(request: Any) -> str:
+        messages = request.json["messages"]
+        return json.dumps(verdict(messages[0]["content"], messages[-1]["content"]))
+
+    return respond
+
+
 @contextlib.contextmanager
 def judged_example_app(
     tmp_path: Path,
@@ -615,13 +626,9 @@ def judged_example_app(
     every trace's judge scores are in."""
     from collector.service import BackgroundService
     from collector.shop_assistant.runner import run as run_app
-    from tests.support.openai_stub import OpenAIStub, RecordedRequest
+    from tests.support.openai_stub import OpenAIStub
 
-    def respond(request: RecordedRequest) -> str:
-        messages = request.json["messages"]
-        return json.dumps(verdict(messages[0]["content"], messages[-1]["content"]))
-
-    with OpenAIStub(responder=respond) as stub:
+    with OpenAIStub(responder=verdict_responder(verdict)) as stub:
         config = make_config(
             tmp_path,
             assembler=fast_assembler(),

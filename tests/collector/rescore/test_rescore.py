@@ -41,10 +41,11 @@ from tests.support.helpers import (
     make_config,
     sdk_tracer_provider,
     sql,
+    verdict_responder,
     wait_for,
 )
 from tests.support.helpers import run_ragpulse as run_in
-from tests.support.openai_stub import OpenAIStub, RecordedRequest, passing_verdict
+from tests.support.openai_stub import OpenAIStub, passing_verdict
 from tests.support.postgres import PostgresServer
 
 TRACES = 40
@@ -344,11 +345,7 @@ def test_post_api_rescore_runs_inside_serve_with_its_progress(served: Background
 
 
 def test_the_judge_scores_again_the_traces_it_judged_with_its_version(tmp_path: Path) -> None:
-    def respond(request: RecordedRequest) -> str:
-        messages = request.json["messages"]
-        return json.dumps(passing_verdict(messages[0]["content"], messages[-1]["content"]))
-
-    with OpenAIStub(responder=respond) as stub:
+    with OpenAIStub(responder=verdict_responder(passing_verdict)) as stub:
         config = make_config(
             tmp_path,
             assembler=fast_assembler(),
