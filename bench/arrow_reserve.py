@@ -13,20 +13,14 @@ import time
 from collections.abc import Callable
 
 import duckdb
+from serve_memory import typed_mallctl  # bench/, beside this script
 
 READS = 300
 
 
 def thread_allocated() -> int:
     """Bytes this thread has allocated so far (a preloaded jemalloc's `thread.allocated`)."""
-    mallctl = ctypes.CDLL(None).mallctl  # AttributeError without a preloaded jemalloc
-    mallctl.argtypes = [
-        ctypes.c_char_p,
-        ctypes.c_void_p,
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-    ]
+    mallctl = typed_mallctl(ctypes.CDLL(None).mallctl)  # AttributeError without a preloaded jemalloc
     value, size = ctypes.c_uint64(0), ctypes.c_size_t(8)
     mallctl(b"thread.allocated", ctypes.byref(value), ctypes.byref(size), None, 0)
     return value.value

@@ -99,7 +99,8 @@ def preloaded_jemalloc_stats() -> dict[str, int] | None:
         return None
 
 
-def _mallctl_stats(mallctl: Any) -> dict[str, int]:
+def typed_mallctl(mallctl: Any) -> Any:
+    """A jemalloc `mallctl` function with its C signature set (name, old, old size, new, new size)."""
     mallctl.argtypes = [
         ctypes.c_char_p,
         ctypes.c_void_p,
@@ -107,6 +108,11 @@ def _mallctl_stats(mallctl: Any) -> dict[str, int]:
         ctypes.c_void_p,
         ctypes.c_size_t,
     ]
+    return mallctl
+
+
+def _mallctl_stats(mallctl: Any) -> dict[str, int]:
+    mallctl = typed_mallctl(mallctl)
     epoch, size = ctypes.c_uint64(1), ctypes.c_size_t(8)
     mallctl(b"epoch", ctypes.byref(epoch), ctypes.byref(size), ctypes.byref(epoch), 8)
     stats = {}
