@@ -59,7 +59,7 @@ def demo(
     given = [
         name
         for name, value in (("--host", host), ("--grpc-port", grpc_port), ("--http-port", http_port))
-        if value
+        if value is not None
     ]
     if given and not keep_serving:
         raise click.UsageError(f"{', '.join(given)}: only with --serve (the demo itself uses free ports)")

@@ -11,7 +11,7 @@ import orjson
 
 from collector.cli.common import config_option, key_option, sql_runner, target, user_errors
 from collector.cli.output import print_table
-from collector.probes.report import LATEST, UnknownRun, list_runs, probe_report
+from collector.probes.report import LATEST, SET_UP, UnknownRun, list_runs, probe_report
 
 TABLE_WIDTH = 130
 
@@ -53,10 +53,7 @@ def list_command(
         sys.stdout.write(orjson.dumps(runs).decode() + "\n")
         return
     if not runs:
-        click.echo(
-            "no probe runs"
-            + (f" of probe {probe!r}" if probe else "; probes are set up under probes: (docs/probes.md)")
-        )
+        click.echo("no probe runs" + (f" of probe {probe!r}" if probe else f"; {SET_UP}"))
         return
     rows = [
         [

@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from collector.exporters.config import OtlpExporterConfig
 from collector.lifecycle import Component, remaining
+from collector.store.health import first_line
 from collector.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -145,5 +146,4 @@ def one_line(exc: BaseException) -> str:
     carries the debug string), else the exception's first line."""
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") and hasattr(exc, "details"):
         return f"{exc.code().name}: {exc.details()}"
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return f"{type(exc).__name__}: {first_line(exc)}" if str(exc).strip() else type(exc).__name__

@@ -12,6 +12,8 @@ from typing import Any
 from collector.store.reads import Query
 from collector.store.reads.probes import run_sql, runs_sql, scores_sql, traces_sql
 
+# Said where no probe has run yet: where probes come from.
+SET_UP = "probes are set up under probes: (docs/probes.md)"
 LATEST = "latest"
 
 
@@ -30,10 +32,7 @@ def probe_report(query: Query, run_id: str = LATEST, probe: str | None = None) -
     found = query(run_sql(None if run_id == LATEST else run_id, probe))
     if not found:
         if run_id == LATEST:
-            raise UnknownRun(
-                "no probe run yet"
-                + (f" of probe {probe!r}" if probe else "; probes are set up under probes: (docs/probes.md)")
-            )
+            raise UnknownRun("no probe run yet" + (f" of probe {probe!r}" if probe else f"; {SET_UP}"))
         raise UnknownRun(f"no probe run {run_id!r}" + (f" of probe {probe!r}" if probe else ""))
     run = found[0]
     results: list[dict[str, Any]] = run.pop("results", None) or []
