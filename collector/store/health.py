@@ -46,6 +46,11 @@ _REASONS = (
     ("server closed the connection", "the catalog database closed the connection"),
     ("connection to server", "the catalog database cannot be reached"),
     ("terminating connection", "the catalog database closed the connection"),
+    # libpq's words for a connection lost between statements (a background read while the catalog
+    # was down failed with the first one, and logged a traceback).
+    ("no connection to the server", "the catalog database cannot be reached"),
+    ("could not receive data from server", "the catalog database cannot be reached"),
+    ("could not send data to server", "the catalog database cannot be reached"),
     # PostgreSQL refuses every statement of a transaction after one failed: the catalog was lost
     # under it (a bad statement of ours would have failed first, and been logged as a bug).
     ("current transaction is aborted", "the catalog database aborted the transaction"),

@@ -277,6 +277,14 @@ def test_only_storage_failures_are_the_stores_state() -> None:
         "no space left on device"
     )
     assert store_error_reason(RuntimeError("IO Error: Unable to connect to Postgres: connection refused"))
+    # What the sessions refresher's read got in CI while the catalog was paused (it was logged with
+    # a traceback, as a bug would be).
+    lost = (
+        'Binder Error: Failed to get data file list from DuckLake: Failed to prepare query "SELECT '
+        'data_file_id, value_count, min_value\n FROM "public".ducklake_file_column_stats" (no result '
+        "returned): no connection to the server"
+    )
+    assert store_error_reason(RuntimeError(lost)) == "the catalog database cannot be reached"
 
 
 def test_a_replay_short_of_space_names_what_to_free(tmp_path: Path) -> None:
