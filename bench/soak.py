@@ -146,6 +146,9 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="results directory (kept)")
     parser.add_argument(
+        "--memory-limit", default=None, help="store.memory_limit of the service (default: the default)"
+    )
+    parser.add_argument(
         "--memory-probe",
         action="store_true",
         help="start the service through bench/serve_memory.py: where its memory is, every minute",
@@ -223,7 +226,15 @@ def main() -> None:
             judge.set_mode("up")
             webhook.set_mode("up")
             config = write_config(
-                service.config, db, grpc_port, http_port, judge, webhook, schedule, args.judge_rate
+                service.config,
+                db,
+                grpc_port,
+                http_port,
+                judge,
+                webhook,
+                schedule,
+                args.judge_rate,
+                args.memory_limit,
             )
             (results / "ragpulse.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
             if not service.start("initial"):

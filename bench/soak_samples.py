@@ -19,7 +19,11 @@ from soak_helpers import children, cpu_seconds, parse_metrics, rnd, slope_per_ho
 from soak_load import LoadSender
 from soak_service import METRIC_PREFIXES, Service
 
-DUCKDB_MEMORY = "SELECT sum(memory_usage_bytes)::BIGINT AS b FROM duckdb_memory()"
+# DuckDB's account of its memory by tag (buffer pool, hash tables, metadata, ...): what fills
+# store.memory_limit.
+DUCKDB_MEMORY = (
+    "SELECT tag, memory_usage_bytes::BIGINT AS b FROM duckdb_memory() WHERE memory_usage_bytes > 0"
+)
 
 
 class Sampler(threading.Thread):
@@ -80,7 +84,8 @@ class Sampler(threading.Thread):
                 sample[f"{key}_status"] = type(exc).__name__
         try:  # DuckDB's buffer pool (bounded by store.memory_limit), to tell it apart in the RSS
             rows = self.client.post(self.service.http_url + "/api/sql", json={"query": DUCKDB_MEMORY}).json()
-            sample["duckdb_buffer_bytes"] = rows[0]["b"]
+            sample["duckdb_memory"] = {row["tag"]: row["b"] for row in rows}
+            sample["duckdb_buffer_bytes"] = sum(sample["duckdb_memory"].values())
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
             sample["duckdb_error"] = type(exc).__name__
         try:

@@ -249,6 +249,7 @@ def write_config(
     webhook: WebhookReceiver,
     schedule: Schedule,
     judge_rate: float,
+    memory_limit: str | None = None,
 ) -> dict[str, Any]:
     """The service's config: the store, the judge, the alerts and the webhook of the soak."""
     config = {
@@ -291,6 +292,8 @@ def write_config(
             ],
         },
     }
+    if memory_limit is not None:
+        config["store"]["memory_limit"] = memory_limit
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return config
 

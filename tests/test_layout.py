@@ -47,6 +47,19 @@ def test_every_sql_statement_lives_in_the_store() -> None:
     assert _statements(ROOT / "collector" / "store" / "reads" / "dashboard.py")
 
 
+def test_the_store_reads_arrow_in_batches_it_sizes() -> None:
+    # DuckDB's `to_arrow_table()` reserves a million rows per column for every read (69 MiB for a
+    # 50-row result): the store reads through `duckdb_rows.arrow_table` (ARROW_BATCH_ROWS).
+    unsized = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for package in ("collector", "evaluators", "semconv")
+        for path in _modules(package)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\.(to_arrow_table|fetch_arrow_table|arrow)\(\s*\)", line)
+    ]
+    assert unsized == []
+
+
 def _imports(path: Path) -> set[str]:
     """Every module a file imports (also under TYPE_CHECKING and inside functions)."""
     found: set[str] = set()

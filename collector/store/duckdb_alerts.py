@@ -8,7 +8,7 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from collector.store.duckdb_rows import insert_rows, registered
+from collector.store.duckdb_rows import arrow_table, insert_rows, registered
 
 
 def write_alerts(
@@ -30,9 +30,12 @@ def write_alerts(
 
 def pending_notifications(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """Notifications not delivered yet, per webhook in the order they were made."""
-    return con.execute(
-        "SELECT * FROM alert_notifications WHERE delivered_at IS NULL ORDER BY webhook, created_at, event_id"
-    ).to_arrow_table()
+    return arrow_table(
+        con.execute(
+            "SELECT * FROM alert_notifications WHERE delivered_at IS NULL "
+            "ORDER BY webhook, created_at, event_id"
+        )
+    )
 
 
 def update_notification(
@@ -65,6 +68,6 @@ def read_probe_runs(con: duckdb.DuckDBPyConnection, probe: str | None, limit: in
     where = "WHERE probe = ?" if probe is not None else ""
     bound = "LIMIT ?" if limit is not None else ""
     params = [v for v in (probe, limit) if v is not None]
-    return con.execute(
-        f"SELECT * FROM probe_runs {where} ORDER BY started_at DESC, run_id {bound}", params
-    ).to_arrow_table()
+    return arrow_table(
+        con.execute(f"SELECT * FROM probe_runs {where} ORDER BY started_at DESC, run_id {bound}", params)
+    )

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.schema.tables import ANNOTATIONS, SCORES
-from collector.store.duckdb_rows import insert_rows, quoted, registered
+from collector.store.duckdb_rows import arrow_table, insert_rows, quoted, registered
 from collector.store.reads.predicates import OUR_EVALUATORS
 
 # What a `scores` row of a feedback row `f` on its trace `t` holds; the other columns are null.
@@ -94,28 +94,32 @@ def replace_feedback(
     with registered(con, "_feedback", feedback):
         # Replaced rows are looked up in `feedback` (small), and their scores, if any, by trace:
         # new ids, the common case, cost no scan of `scores`.
-        replaced = con.execute(
-            "SELECT feedback_id, trace_id FROM feedback "
-            "WHERE feedback_id IN (SELECT feedback_id FROM _feedback)"
-        ).to_arrow_table()
+        replaced = arrow_table(
+            con.execute(
+                "SELECT feedback_id, trace_id FROM feedback "
+                "WHERE feedback_id IN (SELECT feedback_id FROM _feedback)"
+            )
+        )
         if replaced.num_rows:
             with registered(con, "_replaced", replaced):
                 old = "trace_id IN (SELECT trace_id FROM _replaced) AND feedback_id IN "
                 old += "(SELECT feedback_id FROM _replaced)"
-                affected = con.execute(
-                    f"SELECT DISTINCT {quoted(aggregate_key)} FROM scores WHERE {old}"
-                ).to_arrow_table()
+                affected = arrow_table(
+                    con.execute(f"SELECT DISTINCT {quoted(aggregate_key)} FROM scores WHERE {old}")
+                )
                 con.execute(f"DELETE FROM scores WHERE {old}")
                 con.execute("DELETE FROM feedback WHERE feedback_id IN (SELECT feedback_id FROM _replaced)")
         con.execute("INSERT INTO feedback BY NAME SELECT * FROM _feedback")
         # The feedback's traces, read once: for the score rows and for their slices.
         slices = [c for c in aggregate_key if c not in ("bucket", "service_name", "name")]
-        traces = con.execute(
-            "SELECT trace_id, root_span_id, service_name, start_time, assembly_count, "
-            f"{quoted(slices)} FROM traces WHERE trace_id IN (SELECT trace_id FROM _feedback)"
-        ).to_arrow_table()
+        traces = arrow_table(
+            con.execute(
+                "SELECT trace_id, root_span_id, service_name, start_time, assembly_count, "
+                f"{quoted(slices)} FROM traces WHERE trace_id IN (SELECT trace_id FROM _feedback)"
+            )
+        )
         with registered(con, "_traces", traces):
-            scores = _as_scores(con.execute(_select_scores("_feedback", "_traces")).to_arrow_table())
+            scores = _as_scores(arrow_table(con.execute(_select_scores("_feedback", "_traces"))))
     return scores, affected, traces.select(["trace_id", *slices])
 
 
@@ -131,7 +135,7 @@ def scores_of_assembled(con: duckdb.DuckDBPyConnection, traces: pa.Table) -> pa.
                 "WHERE response_ids IS NOT NULL) t "
                 "WHERE f.trace_id IS NULL AND f.response_id = t.response_id"
             )
-        scores = con.execute(_select_scores("feedback", "_assembled")).to_arrow_table()
+        scores = arrow_table(con.execute(_select_scores("feedback", "_assembled")))
     return _as_scores(scores) if scores.num_rows else None
 
 

@@ -9,17 +9,19 @@ from collections.abc import Sequence
 import duckdb
 import pyarrow as pa
 
-from collector.store.duckdb_rows import registered
+from collector.store.duckdb_rows import arrow_table, registered
 
 _OWN_OUTBOX = "evaluation_outbox WHERE replica IS NOT DISTINCT FROM ?"
 
 
 def read_outbox(con: duckdb.DuckDBPyConnection, replica: str | None, limit: int) -> pa.Table:
     """The replica's oldest `limit` events."""
-    return con.execute(
-        f"SELECT * EXCLUDE (replica) FROM {_OWN_OUTBOX} ORDER BY created_at, event_id LIMIT ?",
-        [replica, limit],
-    ).to_arrow_table()
+    return arrow_table(
+        con.execute(
+            f"SELECT * EXCLUDE (replica) FROM {_OWN_OUTBOX} ORDER BY created_at, event_id LIMIT ?",
+            [replica, limit],
+        )
+    )
 
 
 def delete_outbox(con: duckdb.DuckDBPyConnection, event_ids: Sequence[str]) -> None:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from collector.schema.tables import RESCORE_RUNS, SCORES
 from collector.store import duckdb_sessions as sessions
 from collector.store.base import RescoreScope, RescoreScopeError, RescoreTotals
-from collector.store.duckdb_rows import quoted, registered
+from collector.store.duckdb_rows import arrow_table, quoted, registered
 from collector.store.reads.predicates import OUR_EVALUATORS
 
 # What the runs listing shows of each run (`RESCORE_RUNS` but its cursor).
@@ -78,12 +78,14 @@ def next_batch(
     if after is not None:
         where += " AND (start_time > ? OR (start_time = ? AND trace_id > ?))"
         params += [after[0], after[0], after[1]]
-    return con.execute(
-        "SELECT trace_id, start_time, assembly_count, judge_status, expected_answer, "
-        "CAST(expected_documents AS VARCHAR) AS expected_documents "
-        f"FROM traces WHERE {where} ORDER BY start_time, trace_id LIMIT ?",
-        [*params, limit],
-    ).to_arrow_table()
+    return arrow_table(
+        con.execute(
+            "SELECT trace_id, start_time, assembly_count, judge_status, expected_answer, "
+            "CAST(expected_documents AS VARCHAR) AS expected_documents "
+            f"FROM traces WHERE {where} ORDER BY start_time, trace_id LIMIT ?",
+            [*params, limit],
+        )
+    )
 
 
 def judge_token_means(
@@ -108,22 +110,26 @@ def judge_token_means(
 
 def find_run(con: duckdb.DuckDBPyConnection, request: str) -> dict[str, Any] | None:
     """The latest unfinished run of this request (JSON as stored), to go on with."""
-    rows = con.execute(
-        f"SELECT * FROM rescore_runs WHERE status IN {UNFINISHED} AND request = ?::JSON "
-        "ORDER BY started_at DESC LIMIT 1",
-        [request],
-    ).to_arrow_table()
+    rows = arrow_table(
+        con.execute(
+            f"SELECT * FROM rescore_runs WHERE status IN {UNFINISHED} AND request = ?::JSON "
+            "ORDER BY started_at DESC LIMIT 1",
+            [request],
+        )
+    )
     return rows.to_pylist()[0] if rows.num_rows else None
 
 
 def read_runs(con: duckdb.DuckDBPyConnection, run_id: str | None, limit: int) -> list[dict[str, Any]]:
     """The latest runs (or the one named), newest first, without their cursors."""
     where, params = ("WHERE run_id = ?", [run_id]) if run_id is not None else ("", [])
-    rows = con.execute(
-        f"SELECT {', '.join(_RUN_COLUMNS)}, CAST(request AS VARCHAR) AS request FROM rescore_runs "
-        f"{where} ORDER BY started_at DESC LIMIT ?",
-        [*params, limit],
-    ).to_arrow_table()
+    rows = arrow_table(
+        con.execute(
+            f"SELECT {', '.join(_RUN_COLUMNS)}, CAST(request AS VARCHAR) AS request FROM rescore_runs "
+            f"{where} ORDER BY started_at DESC LIMIT ?",
+            [*params, limit],
+        )
+    )
     return rows.to_pylist()
 
 
@@ -177,12 +183,15 @@ def current_traces(
     batch's start times bound the scan (one scan for all three, pruned by the row groups' min/max)."""
     first, last = pc.min(revisions["start_time"]).as_py(), pc.max(revisions["start_time"]).as_py()
     with registered(con, "_revisions", revisions.select(["trace_id", "revision"])):
-        return con.execute(
-            f"SELECT t.trace_id, {quoted(('probe', *dimensions), 't.')}, t.session_id, t.service_name "
-            "FROM traces t JOIN _revisions r ON t.trace_id = r.trace_id AND t.assembly_count = r.revision "
-            "WHERE t.start_time BETWEEN ? AND ? AND t.judge_status IS DISTINCT FROM 'pending'",
-            [first, last],
-        ).to_arrow_table()
+        return arrow_table(
+            con.execute(
+                f"SELECT t.trace_id, {quoted(('probe', *dimensions), 't.')}, t.session_id, t.service_name "
+                "FROM traces t JOIN _revisions r "
+                "ON t.trace_id = r.trace_id AND t.assembly_count = r.revision "
+                "WHERE t.start_time BETWEEN ? AND ? AND t.judge_status IS DISTINCT FROM 'pending'",
+                [first, last],
+            )
+        )
 
 
 def move_replaced(
@@ -199,15 +208,17 @@ def move_replaced(
     first, last = pc.min(scores["bucket"]).as_py(), pc.max(scores["bucket"]).as_py()
     # Read out (into Arrow, outside DuckDB's memory limit), then moved by row id.
     with registered(con, "_pairs", pairs):
-        replaced = con.execute(
-            "SELECT s.rowid AS replaced_rowid, s.* "
-            "FROM scores s SEMI JOIN (SELECT DISTINCT trace_id, name FROM _pairs) p "
-            "ON s.trace_id = p.trace_id AND s.name = p.name "
-            f"WHERE s.bucket BETWEEN ? AND ? AND s.evaluator IN {OUR_EVALUATORS} AND s.level IS NULL",
-            [first, last],
-        ).to_arrow_table()
+        replaced = arrow_table(
+            con.execute(
+                "SELECT s.rowid AS replaced_rowid, s.* "
+                "FROM scores s SEMI JOIN (SELECT DISTINCT trace_id, name FROM _pairs) p "
+                "ON s.trace_id = p.trace_id AND s.name = p.name "
+                f"WHERE s.bucket BETWEEN ? AND ? AND s.evaluator IN {OUR_EVALUATORS} AND s.level IS NULL",
+                [first, last],
+            )
+        )
     with registered(con, "_replaced", replaced):
-        affected = con.execute(f"SELECT DISTINCT {quoted(aggregate_key)} FROM _replaced").to_arrow_table()
+        affected = arrow_table(con.execute(f"SELECT DISTINCT {quoted(aggregate_key)} FROM _replaced"))
         columns = ", ".join(SCORES.column_names)
         moved = con.execute(
             f"INSERT INTO score_history BY NAME SELECT {columns}, now()::TIMESTAMP AS replaced_at, "

@@ -9,6 +9,7 @@ import duckdb
 import pyarrow.compute as pc
 
 from collector.store.base import DeletedRows
+from collector.store.duckdb_rows import arrow_table
 
 # Every table with rows of one trace, keyed by trace_id: what retention deletes. Judge work is the
 # traces' `judge_status`; aggregates, alerts, canary runs and cases are not per trace and stay.
@@ -71,7 +72,7 @@ def delete_trace_rows(con: duckdb.DuckDBPyConnection, ids: str) -> DeletedRows:
     where = f"WHERE trace_id IN (SELECT trace_id FROM {ids})"
     # Read, then delete (not DELETE ... RETURNING, which a DuckLake table refuses): the same
     # transaction, so the same rows.
-    spans = con.execute(f"SELECT trace_id FROM received_spans {where}").to_arrow_table()
+    spans = arrow_table(con.execute(f"SELECT trace_id FROM received_spans {where}"))
     con.execute(f"DELETE FROM received_spans {where}")
     rows["spans"] = spans.num_rows
     for table in PER_TRACE_TABLES[1:]:

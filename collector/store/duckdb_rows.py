@@ -13,6 +13,13 @@ import pyarrow.compute as pc
 
 NOW = "now()::TIMESTAMP"
 
+# Rows per record batch when the store reads a result into Arrow (`arrow_table`). DuckDB's default
+# batch, 1,000,000 rows, reserves that capacity for every column of every read whatever the
+# result's size: 69 MiB for a 50-row, 4-column result, let go at once and kept by the allocators in
+# pieces. 10,000 rows reserve about 1 MiB, and a 500,000-row read is as fast (bench/arrow_reserve.py;
+# bench/README.md, "Soak").
+ARROW_BATCH_ROWS = 10_000
+
 # score_aggregates: the aggregates of a set of score rows `s` (after its key columns).
 AGGREGATES = (
     "count(*) AS n, count(*) FILTER (s.status = 'pass') AS n_pass, "
@@ -20,6 +27,12 @@ AGGREGATES = (
     "count(*) FILTER (s.status = 'skipped') AS n_skipped, sum(s.value) AS sum, "
     "sum(s.value * s.value) AS sum_sq, min(s.value) AS min, max(s.value) AS max"
 )
+
+
+def arrow_table(result: duckdb.DuckDBPyConnection) -> pa.Table:
+    """The rows of an executed query (`con.execute(...)`) as an Arrow table, read `ARROW_BATCH_ROWS`
+    at a time: how the store reads every result it keeps as Arrow."""
+    return result.to_arrow_table(ARROW_BATCH_ROWS)
 
 
 def quoted(names: Iterable[str], prefix: str = "") -> str:
@@ -150,7 +163,7 @@ def insert_scores(
                 f"INSERT INTO {aggregates_table} BY NAME SELECT *, {NOW} AS updated_at FROM ({added_sql})"
             )
         else:
-            added = con.execute(added_sql).to_arrow_table()
+            added = arrow_table(con.execute(added_sql))
         if skip:
             con.unregister("_affected")
     if not in_place:

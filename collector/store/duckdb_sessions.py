@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.store.duckdb_rows import quoted, registered
+from collector.store.duckdb_rows import arrow_table, quoted, registered
 from collector.store.reads.predicates import OUR_EVALUATORS
 from collector.store.schema_sql import refresh_session_rollups_sql
 
@@ -142,7 +142,7 @@ def session_turns(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) ->
     """The turns of these sessions in order, each with the names of its failing scores of
     ragpulse's evaluators (not the session-level ones)."""
     with registered(con, _KEYS, _keys_table(keys)):
-        return (
+        return arrow_table(
             con.execute(
                 "SELECT t.session_id, t.service_name, t.trace_id, t.root_span_id, t.start_time, t.end_time, "
                 "t.question, t.answer, coalesce(t.assembly_count, 1) AS revision, "
@@ -153,9 +153,7 @@ def session_turns(con: duckdb.DuckDBPyConnection, keys: Iterable[SessionKey]) ->
                 f"(SELECT session_id, service_name FROM {_KEYS}) AND t.probe IS NULL "
                 "ORDER BY t.session_id, t.service_name, t.start_time, t.trace_id"
             )
-            .to_arrow_table()
-            .to_pylist()
-        )
+        ).to_pylist()
 
 
 def replaced_session_scores(
@@ -168,9 +166,9 @@ def replaced_session_scores(
             "level = 'session' AND trace_id IN (SELECT trace_id FROM traces WHERE (session_id, service_name) "
             f"IN (SELECT session_id, service_name FROM {_KEYS}))"
         )
-        affected = con.execute(
-            f"SELECT DISTINCT {quoted(aggregate_key)} FROM scores WHERE {of_sessions}"
-        ).to_arrow_table()
+        affected = arrow_table(
+            con.execute(f"SELECT DISTINCT {quoted(aggregate_key)} FROM scores WHERE {of_sessions}")
+        )
         con.execute(f"DELETE FROM scores WHERE {of_sessions}")
         con.execute(
             "DELETE FROM scored_sessions WHERE (session_id, service_name) IN "
@@ -185,18 +183,20 @@ def unchanged(con: duckdb.DuckDBPyConnection, checks: pa.Table) -> pa.Table:
     turns are still the same (`session_id, service_name, last_trace_id, last_activity, turns`): a
     turn that came, went or was assembled again since makes the scores read from them stale."""
     with registered(con, "_checks", checks):
-        return con.execute(
-            "WITH now_stored AS (SELECT session_id, service_name, count(*) AS turns, "
-            "max(coalesce(end_time, start_time)) AS last_activity, "
-            "sum(coalesce(assembly_count, 1)) AS revisions, "
-            "last(trace_id ORDER BY start_time, trace_id) AS last_trace_id "
-            "FROM traces WHERE probe IS NULL AND (session_id, service_name) IN "
-            "(SELECT session_id, service_name FROM _checks) GROUP BY ALL) "
-            "SELECT c.session_id, c.service_name, c.last_trace_id, c.last_activity, c.turns "
-            "FROM _checks c JOIN now_stored n USING (session_id, service_name) "
-            "WHERE n.turns = c.turns AND n.last_activity = c.last_activity "
-            "AND n.revisions = c.revisions AND n.last_trace_id = c.last_trace_id"
-        ).to_arrow_table()
+        return arrow_table(
+            con.execute(
+                "WITH now_stored AS (SELECT session_id, service_name, count(*) AS turns, "
+                "max(coalesce(end_time, start_time)) AS last_activity, "
+                "sum(coalesce(assembly_count, 1)) AS revisions, "
+                "last(trace_id ORDER BY start_time, trace_id) AS last_trace_id "
+                "FROM traces WHERE probe IS NULL AND (session_id, service_name) IN "
+                "(SELECT session_id, service_name FROM _checks) GROUP BY ALL) "
+                "SELECT c.session_id, c.service_name, c.last_trace_id, c.last_activity, c.turns "
+                "FROM _checks c JOIN now_stored n USING (session_id, service_name) "
+                "WHERE n.turns = c.turns AND n.last_activity = c.last_activity "
+                "AND n.revisions = c.revisions AND n.last_trace_id = c.last_trace_id"
+            )
+        )
 
 
 def replace_session_scores(

@@ -37,6 +37,7 @@ from collector.store.duckdb_feedback import (
 )
 from collector.store.duckdb_retention import delete_trace_rows, oldest_trace_ids
 from collector.store.duckdb_rows import (
+    arrow_table,
     ids_table,
     insert_rows,
     insert_sql,
@@ -80,14 +81,18 @@ class DuckDBStore(DuckDBBase):
         span_columns = ", ".join(f"s.{c}" for c in (*SPAN_COLUMNS, "received_at", "resource_attributes"))
         event_columns = ", ".join(f"e.{c}" for c in (*EVENT_COLUMNS, "received_at"))
         with self._cursor() as con, registered(con, _IDS, ids_table(trace_ids)):
-            spans = con.execute(
-                f"SELECT {span_columns} FROM received_spans s SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id "
-                + first_stored(SPAN_KEY, "s")
-            ).to_arrow_table()
-            events = con.execute(
-                f"SELECT {event_columns} FROM received_span_events e "
-                f"SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id " + first_stored(EVENT_KEY, "e")
-            ).to_arrow_table()
+            spans = arrow_table(
+                con.execute(
+                    f"SELECT {span_columns} FROM received_spans s "
+                    f"SEMI JOIN {_IDS} i ON s.trace_id = i.trace_id " + first_stored(SPAN_KEY, "s")
+                )
+            )
+            events = arrow_table(
+                con.execute(
+                    f"SELECT {event_columns} FROM received_span_events e "
+                    f"SEMI JOIN {_IDS} i ON e.trace_id = i.trace_id " + first_stored(EVENT_KEY, "e")
+                )
+            )
         return spans, events
 
     def pending_trace_ids(self, received_before: datetime | None = None) -> list[str]:
@@ -121,10 +126,12 @@ class DuckDBStore(DuckDBBase):
                 replaced = sessions.keys_of_traces(con, _IDS)  # a late span may change the session
                 sessions.forget_scored(con, replaced)  # their session scores are given again
                 touched |= replaced
-                affected = con.execute(
-                    f"SELECT DISTINCT {quoted(self.aggregate_key)} FROM scores "
-                    f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
-                ).to_arrow_table()
+                affected = arrow_table(
+                    con.execute(
+                        f"SELECT DISTINCT {quoted(self.aggregate_key)} FROM scores "
+                        f"WHERE trace_id IN (SELECT trace_id FROM {_IDS})"
+                    )
+                )
                 for table in ("traces", "steps", "documents", "scores", "evaluation_outbox"):
                     con.execute(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM {_IDS})")
         for table, rows in (
@@ -217,7 +224,7 @@ class DuckDBStore(DuckDBBase):
 
     def read_alerts(self) -> pa.Table:
         with self._cursor() as con:
-            return con.execute("SELECT * FROM alerts ORDER BY alert, service_name, slice").to_arrow_table()
+            return arrow_table(con.execute("SELECT * FROM alerts ORDER BY alert, service_name, slice"))
 
     def write_alerts(self, states: pa.Table, events: pa.Table, notifications: pa.Table) -> None:
         self._write(
@@ -242,7 +249,7 @@ class DuckDBStore(DuckDBBase):
 
     def read_canary_runs(self) -> pa.Table:
         with self._cursor() as con:
-            return con.execute("SELECT * FROM canary_runs ORDER BY started_at, run_id").to_arrow_table()
+            return arrow_table(con.execute("SELECT * FROM canary_runs ORDER BY started_at, run_id"))
 
     def write_canary_run(self, run: pa.Table) -> None:
         self._write(lambda con: insert_rows(con, "canary_runs", run), self._monitoring_lock)
@@ -251,9 +258,11 @@ class DuckDBStore(DuckDBBase):
 
     def read_cases(self) -> pa.Table:
         with self._cursor() as con:
-            return con.execute(
-                "SELECT case_id, normalized_question, expected_documents, expected_answer FROM cases"
-            ).to_arrow_table()
+            return arrow_table(
+                con.execute(
+                    "SELECT case_id, normalized_question, expected_documents, expected_answer FROM cases"
+                )
+            )
 
     def write_cases(self, cases: pa.Table) -> None:
         def body(con: duckdb.DuckDBPyConnection) -> None:

@@ -41,7 +41,7 @@ from collector.schema.trace_rows import TraceTables
 from collector.store.base import DeletedRows, StorageSize
 from collector.store.config import StoreConfig
 from collector.store.disk import probe_directory
-from collector.store.duckdb_rows import key_match, quoted
+from collector.store.duckdb_rows import arrow_table, key_match, quoted
 from collector.store.duckdb_store import DuckDBStore
 from collector.store.ducklake_connection import (
     AGGREGATE_PARTS,
@@ -229,10 +229,12 @@ class DuckLakeStore(DuckDBStore):
         key = self.aggregate_key
 
         def body(con: duckdb.DuckDBPyConnection) -> int:
-            folded = con.execute(
-                f"SELECT {quoted(key)}, {summed_parts()}, count(*) AS parts "
-                f"FROM {AGGREGATE_PARTS} GROUP BY ALL HAVING count(*) > 1"
-            ).to_arrow_table()
+            folded = arrow_table(
+                con.execute(
+                    f"SELECT {quoted(key)}, {summed_parts()}, count(*) AS parts "
+                    f"FROM {AGGREGATE_PARTS} GROUP BY ALL HAVING count(*) > 1"
+                )
+            )
             if not folded.num_rows:
                 return 0
             con.register("_folded", folded)
