@@ -386,7 +386,7 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--only-all", action="store_true", help="skip the --evaluator faithfulness row")
     parser.add_argument("--json", action="store_true", help="the results as JSON too")
-    parser.add_argument("--memory-limit", help="store.memory_limit of the runs (default: the default, 128MB)")
+    parser.add_argument("--memory-limit", help="store.memory_limit of the runs (default: the default, 256MB)")
     parser.add_argument(
         "--time-limit",
         type=float,

@@ -72,8 +72,11 @@ class StoreConfig(Section):
     # DuckDB folds the write-ahead log into the file once it grows past this many MiB.
     checkpoint_threshold_mb: int = Field(256, gt=0)
     # DuckDB's memory (its buffer pool caches table blocks and would grow toward 80 % of the
-    # machine's RAM); queries that need more spill to disk. null: DuckDB's own default.
-    memory_limit: str | None = "128MB"
+    # machine's RAM); queries that need more spill to disk. null: DuckDB's own default. Room for the
+    # rows appended since the last checkpoint (about 200 MB when the log nears 256 MiB) beside every
+    # write's and read's working memory: at 128MB, a service up for 49 minutes ran out of it, and
+    # DuckDB 1.5.5 does not always recover from commits that fail for memory (docs/operations.md).
+    memory_limit: str | None = "256MB"
     # DuckDB's threads. null: where mapping workers run beside it (`serve`, `replay --db`), the
     # cores they leave, at least one (`beside_workers`); elsewhere DuckDB's default, every core.
     threads: int | None = Field(None, gt=0)

@@ -170,8 +170,8 @@ def session_rollup_select(keys: str | None = None, session_level: bool = True) -
     if keys is not None:
         narrowed = f" AND (session_id, service_name) IN ({keys})"
         of_turns = "\n        AND trace_id IN (SELECT trace_id FROM turns)"
-    # Shaped for `store.memory_limit` (128 MB by default) over hundreds of thousands of turns: the
-    # scores are summed per trace and per name apart, each joined to the turns' keys alone, and the
+    # Shaped for a `store.memory_limit` of 128 MB (half the default) over hundreds of thousands of
+    # turns: the scores are summed per trace and per name apart, each joined to the turns' keys alone, and the
     # maps are built from unsorted lists (a sorted list aggregate holds every row in memory and ran
     # out of it on 500,000 turns; bench/sessions.py).
     return f"""WITH turns AS (
