@@ -55,6 +55,9 @@ _REASONS = (
     # under it (a bad statement of ours would have failed first, and been logged as a bug).
     ("current transaction is aborted", "the catalog database aborted the transaction"),
     ("input/output error", "input/output error"),
+    # DuckDB's memory (`store.memory_limit`) could not hold what a write or read needed: every
+    # thread of the service would otherwise log a traceback a round (docs/operations.md).
+    ("out of memory error", "DuckDB ran out of its memory (store.memory_limit)"),
 )
 
 

@@ -285,6 +285,9 @@ def test_only_storage_failures_are_the_stores_state() -> None:
         "returned): no connection to the server"
     )
     assert store_error_reason(RuntimeError(lost)) == "the catalog database cannot be reached"
+    # What every thread of the soak's service got at 128MB.
+    full = "Out of Memory Error: failed to pin block of size 256.0 KiB (121.8 MiB/122.0 MiB used)"
+    assert store_error_reason(RuntimeError(full)) == "DuckDB ran out of its memory (store.memory_limit)"
 
 
 def test_a_replay_short_of_space_names_what_to_free(tmp_path: Path) -> None:
