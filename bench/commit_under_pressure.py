@@ -70,7 +70,7 @@ class Run:
             try:
                 step(con, n)
             except duckdb.Error as exc:
-                self.errors[name] += 1
+                self.errors[f"{name}: {str(exc).splitlines()[0][:90]}"] += 1
                 if isinstance(exc, duckdb.FatalException) or "invalidated" in str(exc):
                     self.fatal = self.fatal or f"{name}: {str(exc).splitlines()[0][:240]}"
                     self.stopping.set()
