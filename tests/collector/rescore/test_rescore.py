@@ -535,15 +535,17 @@ def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_goes_on(
         [str(RAGPULSE), *command], stderr=subprocess.PIPE, env=clean_env(), text=True, start_new_session=True
     )
     assert proc.stderr is not None
+    # Stopped at its first progress line: a run of 20 batches has not finished by then, even on a
+    # busy machine (waiting for the third batch's line let one finish first under load).
     for line in proc.stderr:
-        if " of " in line and int(line.split(": ")[1].split(" of ")[0]) >= 6:
+        if " of " in line and int(line.split(": ")[1].split(" of ")[0]) >= 2:
             proc.send_signal(signal.SIGINT)
             break
     rest = proc.stderr.read()
     assert proc.wait(timeout=30) == 1
     assert "Error: stopped: what was stored stays" in rest and "Traceback" not in rest
     stopped = file_rows(store_copy, "SELECT status, traces_done FROM rescore_runs")
-    assert stopped[0]["status"] == "stopped" and 6 <= stopped[0]["traces_done"] < TRACES
+    assert stopped[0]["status"] == "stopped" and 2 <= stopped[0]["traces_done"] < TRACES
     again = run_ragpulse(*command, "--json")
     assert json.loads(again.stdout)["traces_done"] == TRACES
     assert file_rows(store_copy, "SELECT count(*) AS n FROM score_history") == [{"n": TRACES}]
