@@ -28,12 +28,14 @@ log = logging.getLogger(__name__)
 
 
 def lower_thread_priority(niceness: int) -> None:
-    """Lower the calling thread's CPU priority (Linux schedules threads apart: a thread id is a
-    process id to `setpriority`). Elsewhere, or where the OS refuses, the thread keeps its priority."""
+    """Lower the calling thread's CPU priority to `niceness` (Linux schedules threads apart: a thread
+    id is a process id to `setpriority`); never raise it, where the process already runs nicer.
+    Elsewhere, or where the OS refuses, the thread keeps its priority."""
     if not niceness or not sys.platform.startswith("linux"):
         return
+    thread = threading.get_native_id()
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+        os.setpriority(os.PRIO_PROCESS, thread, max(niceness, os.getpriority(os.PRIO_PROCESS, thread)))
     except OSError:
         log.warning("could not lower the assembler thread's priority; it runs at normal priority")
 

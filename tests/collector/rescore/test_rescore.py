@@ -18,6 +18,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -527,25 +528,49 @@ def test_the_sessions_of_rescored_turns_are_computed_again_by_the_command(tmp_pa
 def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_goes_on(
     store_copy: Path, tmp_path: Path
 ) -> None:
-    config = write_config(
-        tmp_path, evaluators=[{"name": "citation"}], scoring={"rescore_batch": 2}, assembler={"workers": 0}
-    )
-    command = ["rescore", "--config", str(config), "--db", str(store_copy), "--evaluator", "citation"]
-    proc = subprocess.Popen(
-        [str(RAGPULSE), *command], stderr=subprocess.PIPE, env=clean_env(), text=True, start_new_session=True
-    )
-    assert proc.stderr is not None
-    # Stopped at its first progress line: a run of 20 batches has not finished by then, even on a
-    # busy machine (waiting for the third batch's line let one finish first under load).
-    for line in proc.stderr:
-        if " of " in line and int(line.split(": ")[1].split(" of ")[0]) >= 2:
-            proc.send_signal(signal.SIGINT)
-            break
-    rest = proc.stderr.read()
-    assert proc.wait(timeout=30) == 1
-    assert "Error: stopped: what was stored stays" in rest and "Traceback" not in rest
-    stopped = file_rows(store_copy, "SELECT status, traces_done FROM rescore_runs")
-    assert stopped[0]["status"] == "stopped" and 2 <= stopped[0]["traces_done"] < TRACES
-    again = run_ragpulse(*command, "--json")
+    def slow_judge(request: Any) -> str:
+        # A judge taking 0.2 s a call: the run cannot finish between its first progress line and
+        # the signal, however busy the machine (deterministic scores alone finished first in CI).
+        time.sleep(0.2)
+        return verdict_responder(passing_verdict)(request)
+
+    with OpenAIStub(responder=slow_judge) as stub:
+        config = write_config(
+            tmp_path,
+            evaluators=[{"name": "faithfulness"}],
+            scoring={"rescore_batch": 2},
+            assembler={"workers": 0},
+            sampling={"budget": {"judge_calls_per_minute": None}},
+            judge={"base_url": stub.base_url, "model": "judge-test", "api_key": "test", "max_retries": 0},
+        )
+        command = [
+            "rescore",
+            "--config",
+            str(config),
+            "--db",
+            str(store_copy),
+            "--evaluator",
+            "faithfulness",
+            "--judge-rate",
+            "1",
+        ]
+        proc = subprocess.Popen(
+            [str(RAGPULSE), *command],
+            stderr=subprocess.PIPE,
+            env=clean_env(),
+            text=True,
+            start_new_session=True,
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if " of " in line and int(line.split(": ")[1].split(" of ")[0]) >= 2:
+                proc.send_signal(signal.SIGINT)
+                break
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=30) == 1
+        assert "Error: stopped: what was stored stays" in rest and "Traceback" not in rest
+        stopped = file_rows(store_copy, "SELECT status, traces_done FROM rescore_runs")
+        assert stopped[0]["status"] == "stopped" and 2 <= stopped[0]["traces_done"] < TRACES
+        again = run_ragpulse(*command, "--json")
     assert json.loads(again.stdout)["traces_done"] == TRACES
     assert file_rows(store_copy, "SELECT count(*) AS n FROM score_history") == [{"n": TRACES}]
