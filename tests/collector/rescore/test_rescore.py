@@ -529,8 +529,9 @@ def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_goes_on(
     store_copy: Path, tmp_path: Path
 ) -> None:
     def slow_judge(request: Any) -> str:
-        # A judge taking 0.2 s a call: the run cannot finish between its first progress line and
-        # the signal, however busy the machine (deterministic scores alone finished first in CI).
+        # One call at a time (max_concurrency 1), 0.2 s each: the run takes 8 s at least, so it
+        # cannot finish between its first progress line and the signal, however busy the machine
+        # (a run of deterministic scores alone finished first on a busy one).
         time.sleep(0.2)
         return verdict_responder(passing_verdict)(request)
 
@@ -541,7 +542,13 @@ def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_goes_on(
             scoring={"rescore_batch": 2},
             assembler={"workers": 0},
             sampling={"budget": {"judge_calls_per_minute": None}},
-            judge={"base_url": stub.base_url, "model": "judge-test", "api_key": "test", "max_retries": 0},
+            judge={
+                "base_url": stub.base_url,
+                "model": "judge-test",
+                "api_key": "test",
+                "max_retries": 0,
+                "max_concurrency": 1,
+            },
         )
         command = [
             "rescore",
